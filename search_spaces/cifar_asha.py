@@ -1,0 +1,18 @@
+"""CIFAR-10, random search with ASHA stopping: the seed's Ray Tune set-up."""
+
+from search_spaces._cifar import FIXED, PARAMS
+from tuning.spaces import Space
+
+SPACE = Space(
+    params=PARAMS,
+    fixed=FIXED,
+    metric="loss",  # validation cross-entropy: smoother than accuracy, so rungs compare fairly
+    mode="min",
+    strategy="asha",  # Tune's random variant generator + ASHAScheduler
+    num_samples=24,  # ASHA is cheap per sample: most trials stop after 1-2 epochs
+    max_epochs=16,  # rungs at 1, 2, 4, 8 and 16 epochs with reduction factor 2
+    grace_period=1,  # the seed's value: judge a trial after its first epoch
+    reduction_factor=2,  # the seed's value: keep the better half at each rung
+    cpus_per_trial=1,  # on a CPU box, one trial per core beats two threads per trial
+    gpus_per_trial="auto",  # one GPU per trial where the cluster has GPUs, else CPU
+)

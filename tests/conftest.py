@@ -1,0 +1,32 @@
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session")
+def synthetic_source(tmp_path_factory):
+    """A small synthetic CIFAR-10 in the real on-disk layout, shared by the session's tests."""
+    from tuning import data
+
+    return data.prepare("synthetic", tmp_path_factory.mktemp("data"), seed=0,
+                        synthetic_train=2500, synthetic_test=500)
+
+
+@pytest.fixture
+def ray_2cpus():
+    """A real local Ray, as Ray's own tests start it; shut down afterwards."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def run_cli(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
+    """`python -m tuning.run ...` in a real subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "tuning.run", *args], cwd=cwd or ROOT,
+                          capture_output=True, text=True, timeout=timeout)

@@ -1,0 +1,92 @@
+"""The real thing, end to end: `python -m tuning.run --space cifar_asha --smoke` through real Ray."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import run_cli
+
+
+@pytest.fixture(scope="module")
+def asha_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("asha")
+    proc = run_cli("--space", "cifar_asha", "--smoke", "--data-dir", str(tmp / "data"),
+                   "--results-dir", str(tmp / "results"))
+    return proc, tmp / "results"
+
+
+def test_smoke_run_succeeds(asha_run):
+    proc, _ = asha_run
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_cli_reporter_table_is_what_the_user_sees(asha_run):
+    out = asha_run[0].stdout
+    assert "== Status ==" in out
+    # The last table, once trials have reported: the metric columns appear with the first result.
+    header = [line for line in out.splitlines() if line.startswith("| Trial name")][-1]
+    for col in ("status", "lr", "batch_size", "loss", "accuracy", "training_iteration"):
+        assert col in header
+    assert "AIR_VERBOSITY is set, ignoring passed-in ProgressReporter" not in asha_run[0].stderr
+
+
+def test_ray_noise_does_not_bury_the_table(asha_run):
+    both = asha_run[0].stdout + asha_run[0].stderr
+    for noise in ("Token authentication is enabled", "Checkpoint successfully created",
+                  "sigterm_handler", "Traceback"):
+        assert noise not in both
+
+
+def test_prints_best_trial_data_kind_and_results_path(asha_run):
+    proc, results = asha_run
+    assert "Best trial" in proc.stdout and "validation loss" in proc.stdout
+    assert "test loss" in proc.stdout
+    assert "SYNTHETIC" in proc.stdout and "SYNTHETIC" in proc.stderr  # at start and in the summary
+    assert str(results) in proc.stdout
+
+
+def test_trials_table(asha_run):
+    _, results = asha_run
+    trials = pd.read_csv(results / "trials.csv")
+    assert len(trials) == 8 and trials["trial_id"].is_unique
+    for col in ("trial_id", "strategy", "lr", "batch_size", "loss", "accuracy", "best_loss",
+                "best_accuracy", "epochs", "status", "wall_time_s"):
+        assert col in trials.columns
+    assert (trials["status"] == "TERMINATED").all()
+    assert trials["lr"].between(1e-4, 1e-2).all()
+    parquet = pd.read_parquet(results / "trials.parquet")
+    assert list(parquet.columns) == list(trials.columns)
+    cols = ["trial_id", "lr", "batch_size", "loss", "epochs"]
+    pd.testing.assert_frame_equal(trials[cols], parquet[cols], check_dtype=False)
+
+
+def test_asha_stopped_a_trial_early(asha_run):
+    trials = pd.read_csv(asha_run[1] / "trials.csv")
+    assert (trials["epochs"] < 2).any() and trials["stopped_early"].any()
+    assert (trials["epochs"] == 2).any()
+
+
+def test_epochs_table_holds_the_learning_curves(asha_run):
+    _, results = asha_run
+    epochs = pd.read_csv(results / "epochs.csv")
+    trials = pd.read_csv(results / "trials.csv")
+    assert set(epochs["trial_id"]) == set(trials["trial_id"])
+    for tid, curve in epochs.groupby("trial_id"):
+        assert curve["training_iteration"].tolist() == list(range(1, len(curve) + 1))
+        assert len(curve) == trials.set_index("trial_id").loc[tid, "epochs"]
+    assert epochs["loss"].notna().all()
+
+
+def test_best_config_and_run_record(asha_run):
+    _, results = asha_run
+    best = json.loads((results / "best_config.json").read_text())
+    trials = pd.read_csv(results / "trials.csv")
+    assert best["trial_id"] == trials.loc[trials["loss"].idxmin(), "trial_id"]
+    assert set(best["config"]) == {"lr", "batch_size"} and 0 <= best["test_accuracy"] <= 1
+    run = json.loads((results / "run.json").read_text())
+    assert run["status"] == "finished" and run["space"] == "cifar_asha" and run["seed"] == 0
+    assert run["data"]["kind"] == "synthetic"
+    for pkg in ("torch", "ray", "hpbandster", "ConfigSpace"):
+        assert run["versions"][pkg]
+    assert "git_commit" in run

@@ -1,0 +1,224 @@
+"""CIFAR-10 on disk and in memory: find or fetch the real set, or generate a synthetic one.
+
+Both kinds live in the real on-disk layout (``cifar-10-batches-py/`` pickles) and are read by
+torchvision's ``CIFAR10``, so the loading path that serves real data is the one tests exercise.
+In memory a split is a few normalised float tensors, cached per process: with Ray's actor
+reuse, later trials in the same worker get their data for free.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import pickle
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from filelock import FileLock
+from torchvision.datasets import CIFAR10
+
+log = logging.getLogger(__name__)
+
+# Channel statistics of the CIFAR-10 training set; synthetic data is drawn to roughly match.
+MEAN = (0.4914, 0.4822, 0.4465)
+STD = (0.2470, 0.2435, 0.2616)
+CLASSES = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+# 5,000 of the 50,000 training images, the usual 45k/5k split.
+VAL_FRACTION = 0.1
+# The split must not change with the run's seed, or validation losses of two runs differ in meaning.
+SPLIT_SEED = 20210820
+DOWNLOAD_PROBE_TIMEOUT_S = 5.0
+
+
+class DataError(Exception):
+    """The requested data cannot be had; the message says how to get it."""
+
+
+@dataclass(frozen=True)
+class DataSource:
+    kind: str  # "cifar10" or "synthetic"
+    root: str  # the folder holding cifar-10-batches-py/
+
+
+@dataclass(frozen=True)
+class Split:
+    """Normalised float32 NCHW images and int64 labels."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+def has_cifar10(data_dir: str | os.PathLike) -> bool:
+    try:
+        CIFAR10(str(data_dir), train=False, download=False)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _reachable(url: str, timeout: float) -> bool:
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
+            return True
+    except Exception as exc:  # DNS, refused, timeout, HTTP error: all mean "no download"
+        log.debug("CIFAR-10 download probe failed: %s", exc)
+        return False
+
+
+def fetch_cifar10(data_dir: str | os.PathLike, timeout: float = DOWNLOAD_PROBE_TIMEOUT_S) -> bool:
+    """Real CIFAR-10 under data_dir, downloading it if the network allows. Never hangs offline:
+    the server is probed with a short timeout before torchvision's (unbounded) download starts."""
+    data_dir = Path(data_dir)
+    if has_cifar10(data_dir):
+        return True
+    if not _reachable(CIFAR10.url, timeout):
+        return False
+    data_dir.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(data_dir / ".cifar10.lock")):  # parallel trials must not download twice
+        CIFAR10(str(data_dir), train=True, download=True)
+    return has_cifar10(data_dir)
+
+
+def prepare(kind: str, data_dir: str | os.PathLike, *, seed: int = 0, synthetic_train: int = 50_000,
+            synthetic_test: int = 10_000) -> DataSource:
+    """Resolve --data {auto,cifar10,synthetic} to a DataSource whose files exist."""
+    data_dir = Path(data_dir).absolute()
+    if kind in ("auto", "cifar10"):
+        if fetch_cifar10(data_dir):
+            return DataSource("cifar10", str(data_dir))
+        if kind == "cifar10":
+            raise DataError(
+                f"CIFAR-10 not found under {data_dir}/cifar-10-batches-py and it cannot be downloaded: "
+                f"copy cifar-10-python.tar.gz there and unpack it (see README), or use --data synthetic")
+    elif kind != "synthetic":
+        raise DataError(f"unknown data kind {kind!r}: use auto, cifar10 or synthetic")
+    root = data_dir / "synthetic" / f"seed{seed}-train{synthetic_train}-test{synthetic_test}"
+    ensure_synthetic(root, seed=seed, n_train=synthetic_train, n_test=synthetic_test)
+    return DataSource("synthetic", str(root))
+
+
+# ---------------------------------------------------------------- synthetic data
+
+def _synthetic_images(rng: np.random.Generator, templates: np.ndarray, n: int):
+    """Class templates, randomly shifted and flipped, washed in heavy noise: learnable, but only
+    with a well-chosen learning rate inside a few epochs."""
+    labels = rng.integers(0, 10, size=n)
+    distractor = (labels + rng.integers(1, 10, size=n)) % 10  # never the image's own class
+    mix = rng.uniform(0.0, 0.45, size=(n, 1, 1, 1))
+    imgs = (1 - mix) * templates[labels] + mix * templates[distractor]  # (n, 3, 32, 32) in [0, 1]
+    shifts = rng.integers(-3, 4, size=(n, 2))
+    for dy in range(-3, 4):  # grouped rolls keep this vectorised
+        for dx in range(-3, 4):
+            sel = (shifts[:, 0] == dy) & (shifts[:, 1] == dx)
+            imgs[sel] = np.roll(imgs[sel], (dy, dx), axis=(2, 3))
+    flip = rng.random(n) < 0.5
+    imgs[flip] = imgs[flip][..., ::-1]
+    contrast = rng.uniform(0.4, 1.0, size=(n, 1, 1, 1))
+    brightness = rng.uniform(-0.15, 0.15, size=(n, 3, 1, 1))
+    noise = rng.normal(0.0, 0.3, size=imgs.shape)
+    out = 0.5 + contrast * (imgs - 0.5) + brightness + noise
+    return (np.clip(out, 0, 1) * 255).astype(np.uint8), labels
+
+
+def _templates(rng: np.random.Generator) -> np.ndarray:
+    # Low-frequency colour patterns (4x4 upsampled to 32x32): structure a convnet can pick up.
+    coarse = rng.random((10, 3, 4, 4))
+    up = torch.nn.functional.interpolate(torch.from_numpy(coarse), size=(32, 32), mode="bicubic",
+                                         align_corners=False)
+    return up.clamp(0, 1).numpy()
+
+
+def _write_batch(path: Path, data: np.ndarray, labels: np.ndarray, name: str) -> str:
+    entry = {"batch_label": name, "labels": labels.tolist(), "data": data.reshape(len(data), -1),
+             "filenames": [f"synthetic_{i:06d}.png" for i in range(len(data))]}
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as f:
+        pickle.dump(entry, f, protocol=2)
+    os.replace(tmp, path)
+    return hashlib.md5(path.read_bytes()).hexdigest()
+
+
+def ensure_synthetic(root: str | os.PathLike, *, seed: int, n_train: int, n_test: int) -> None:
+    """Write a deterministic synthetic CIFAR-10 under root/cifar-10-batches-py, once."""
+    root = Path(root)
+    folder = root / CIFAR10.base_folder
+    manifest = root / "synthetic.json"
+    folder.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(root / ".generate.lock")):  # several trials or runs may ask at once
+        if manifest.exists():
+            return
+        log.warning("generating synthetic CIFAR-10 (%d train, %d test, seed %d) in %s",
+                    n_train, n_test, seed, folder)
+        rng = np.random.default_rng(seed)
+        templates = _templates(rng)
+        md5s = {}
+        sizes = [n_train // 5 + (1 if i < n_train % 5 else 0) for i in range(5)]
+        for i, size in enumerate(sizes, start=1):
+            data, labels = _synthetic_images(rng, templates.copy(), size)
+            md5s[f"data_batch_{i}"] = _write_batch(folder / f"data_batch_{i}", data, labels,
+                                                   f"training batch {i} of 5")
+        data, labels = _synthetic_images(rng, templates.copy(), n_test)
+        md5s["test_batch"] = _write_batch(folder / "test_batch", data, labels, "testing batch 1 of 1")
+        meta = folder / "batches.meta"
+        with open(meta, "wb") as f:
+            pickle.dump({"label_names": CLASSES, "num_cases_per_batch": sizes[0], "num_vis": 3072}, f)
+        md5s["batches.meta"] = hashlib.md5(meta.read_bytes()).hexdigest()
+        tmp = manifest.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"seed": seed, "n_train": n_train, "n_test": n_test, "md5": md5s}, indent=1))
+        os.replace(tmp, manifest)  # the manifest is written last: its presence means "complete"
+
+
+def _dataset(source: DataSource, train: bool) -> CIFAR10:
+    if source.kind == "cifar10":
+        return CIFAR10(source.root, train=train, download=False)
+    # torchvision checks every file against the real CIFAR-10's md5 sums, which synthetic files
+    # cannot match. Rather than skip the check, point it at the sums recorded when they were written.
+    md5 = json.loads((Path(source.root) / "synthetic.json").read_text())["md5"]
+    cls = type("SyntheticCIFAR10", (CIFAR10,), {
+        "train_list": [[f"data_batch_{i}", md5[f"data_batch_{i}"]] for i in range(1, 6)],
+        "test_list": [["test_batch", md5["test_batch"]]],
+        "meta": {**CIFAR10.meta, "md5": md5["batches.meta"]},
+    })
+    try:
+        return cls(source.root, train=train, download=False)
+    except RuntimeError as exc:
+        raise DataError(f"synthetic data under {source.root} is corrupted ({exc}): delete that folder "
+                        "and it is generated again") from exc
+
+
+def _to_tensors(ds: CIFAR10, index: np.ndarray | None = None) -> Split:
+    data = ds.data if index is None else ds.data[index]
+    y = np.asarray(ds.targets) if index is None else np.asarray(ds.targets)[index]
+    x = torch.from_numpy(np.ascontiguousarray(data)).permute(0, 3, 1, 2).float().div_(255)
+    mean = torch.tensor(MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(STD).view(1, 3, 1, 1)
+    return Split(x.sub_(mean).div_(std).contiguous(), torch.from_numpy(y).long())
+
+
+@functools.lru_cache(maxsize=2)
+def load_train_val(source: DataSource, max_train: int | None = None,
+                   max_val: int | None = None) -> tuple[Split, Split]:
+    """The fixed, seeded train/validation split of the 50k training images, cached per process.
+    max_train/max_val take a prefix of each part (smoke runs), keeping the split itself fixed."""
+    ds = _dataset(source, train=True)
+    order = np.random.default_rng(SPLIT_SEED).permutation(len(ds.data))
+    n_val = int(round(len(order) * VAL_FRACTION))
+    val_idx, train_idx = order[:n_val], order[n_val:]
+    train_idx, val_idx = train_idx[:max_train], val_idx[:max_val]
+    log.info("loaded %s: %d train, %d validation images", source.kind, len(train_idx), len(val_idx))
+    return _to_tensors(ds, np.sort(train_idx)), _to_tensors(ds, np.sort(val_idx))
+
+
+@functools.lru_cache(maxsize=1)
+def load_test(source: DataSource, max_test: int | None = None) -> Split:
+    ds = _dataset(source, train=False)
+    return _to_tensors(ds, None if max_test is None else np.arange(min(max_test, len(ds.data))))

@@ -1,0 +1,127 @@
+"""Result tables (pandas) and the files of a results folder, written atomically.
+
+Input is the plain per-trial records from ``tuning.backend``; nothing here knows about Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import pandas as pd
+
+# Per-epoch columns kept from Tune's result rows, in this order.
+EPOCH_COLUMNS = ["training_iteration", "loss", "accuracy", "train_loss", "restored_from",
+                 "train_time_s", "eval_time_s", "images_per_s", "time_this_iter_s", "time_total_s",
+                 "timestamp", "node_ip", "pid"]
+
+
+def epochs_table(records: list[dict], params: list[str]) -> pd.DataFrame:
+    """Every reported row: the learning curves, one row per trial and epoch."""
+    rows = []
+    for rec in records:
+        for r in rec["rows"]:
+            row = {"trial_id": rec["trial_id"], **{p: rec["config"].get(p) for p in params}}
+            row.update({c: r.get(c) for c in EPOCH_COLUMNS})
+            rows.append(row)
+    return pd.DataFrame(rows, columns=["trial_id", *params, *EPOCH_COLUMNS])
+
+
+def trials_table(records: list[dict], params: list[str], *, strategy: str, max_epochs: int,
+                 metric: str = "loss", mode: str = "min") -> pd.DataFrame:
+    """One row per trial: its hyperparameters, final and best metrics, epochs, status, time."""
+    rows = []
+    for rec in records:
+        curve = [r for r in rec["rows"] if r.get(metric) is not None]
+        last = curve[-1] if curve else {}
+        losses = [r["loss"] for r in curve if _finite(r.get("loss"))]
+        accs = [r["accuracy"] for r in curve if _finite(r.get("accuracy"))]
+        epochs = int(last.get("training_iteration", 0))
+        finished = rec["status"] == "TERMINATED"
+        rows.append({
+            "trial_id": rec["trial_id"],
+            "strategy": strategy,
+            **{p: rec["config"].get(p) for p in params},
+            "loss": last.get("loss"),
+            "accuracy": last.get("accuracy"),
+            "best_loss": min(losses) if losses else None,
+            "best_accuracy": max(accs) if accs else None,
+            "epochs": epochs,
+            "status": rec["status"],
+            # Terminated before the full budget: the scheduler (ASHA) stopped it.
+            "stopped_early": finished and epochs < max_epochs,
+            "wall_time_s": last.get("time_total_s"),
+            "error": rec.get("error"),
+        })
+    df = pd.DataFrame(rows)
+    if not df.empty:
+        df = df.sort_values(metric, ascending=(mode == "min"), na_position="last", kind="stable")
+    return df.reset_index(drop=True)
+
+
+def best_trial(trials: pd.DataFrame, metric: str = "loss", mode: str = "min") -> dict | None:
+    """The best trial by its final metric among those that reported one."""
+    done = trials[trials[metric].notna()]
+    if done.empty:
+        return None
+    row = done.loc[done[metric].idxmin() if mode == "min" else done[metric].idxmax()]
+    return {k: _plain(v) for k, v in row.items()}
+
+
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _plain(v):
+    if hasattr(v, "item"):
+        v = v.item()
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    return v
+
+
+# ---------------------------------------------------------------- files
+
+def _atomic(path: Path, write) -> None:
+    """Write to a temporary name, then rename: a crash never leaves a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_json(path: Path, obj) -> None:
+    _atomic(path, lambda p: p.write_text(json.dumps(obj, indent=2, default=str) + "\n"))
+
+
+def write_tables(results_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame) -> None:
+    for name, df in (("trials", trials), ("epochs", epochs)):
+        _atomic(results_dir / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False))
+        _atomic(results_dir / f"{name}.parquet", lambda p, df=df: df.to_parquet(p, index=False))
+
+
+def versions() -> dict:
+    out = {"python": platform.python_version(), "platform": platform.platform()}
+    for dist in ("torch", "torchvision", "ray", "hpbandster", "ConfigSpace", "pandas", "numpy"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = None
+    return out
+
+
+def git_commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True,
+                               timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")

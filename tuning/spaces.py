@@ -1,0 +1,212 @@
+"""Search-space declarations, and their compilation to what each search strategy consumes.
+
+A parameter declares its distribution once. The same declaration compiles to Tune distributions
+(random search, ASHA), to ``tune.grid_search`` lists (grid) and to a ConfigSpace space (BOHB), so
+the strategies being compared cannot drift apart. Spaces themselves are modules under
+``search_spaces/`` that define ``SPACE``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+import numpy as np
+
+STRATEGIES = ("grid", "random", "asha", "bohb")
+
+
+class SpaceError(Exception):
+    """A space is unknown or malformed; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class LogUniform:
+    """Continuous, sampled uniformly in log space; the grid is `grid` log-spaced points."""
+
+    low: float
+    high: float
+    grid: int = 4
+
+    def __post_init__(self):
+        if not 0 < self.low < self.high:
+            raise SpaceError(f"LogUniform needs 0 < low < high, got low={self.low} high={self.high}")
+        if self.grid < 1:
+            raise SpaceError(f"LogUniform grid needs at least 1 point, got {self.grid}")
+
+    def grid_values(self) -> list[float]:
+        if self.grid == 1:
+            return [float(math.sqrt(self.low * self.high))]
+        return [float(v) for v in np.geomspace(self.low, self.high, self.grid)]
+
+
+@dataclass(frozen=True)
+class Uniform:
+    """Continuous, sampled uniformly; the grid is `grid` evenly spaced points."""
+
+    low: float
+    high: float
+    grid: int = 3
+
+    def __post_init__(self):
+        if not self.low < self.high:
+            raise SpaceError(f"Uniform needs low < high, got low={self.low} high={self.high}")
+        if self.grid < 1:
+            raise SpaceError(f"Uniform grid needs at least 1 point, got {self.grid}")
+
+    def grid_values(self) -> list[float]:
+        if self.grid == 1:
+            return [(self.low + self.high) / 2]
+        return [float(v) for v in np.linspace(self.low, self.high, self.grid)]
+
+
+@dataclass(frozen=True)
+class IntUniform:
+    """Integer in [low, high], both ends included; the grid is every value, or `grid` of them."""
+
+    low: int
+    high: int
+    grid: int | None = None
+
+    def __post_init__(self):
+        if not self.low < self.high:
+            raise SpaceError(f"IntUniform needs low < high, got low={self.low} high={self.high}")
+
+    def grid_values(self) -> list[int]:
+        if self.grid is None or self.grid >= self.high - self.low + 1:
+            return list(range(self.low, self.high + 1))
+        return sorted({int(round(v)) for v in np.linspace(self.low, self.high, self.grid)})
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a fixed list of values; the grid is the whole list."""
+
+    values: tuple
+
+    def __init__(self, values):
+        object.__setattr__(self, "values", tuple(values))
+        if len(self.values) < 1:
+            raise SpaceError("Choice needs at least one value")
+        if len(set(self.values)) != len(self.values):
+            raise SpaceError(f"Choice values must be distinct, got {list(self.values)}")
+
+    def grid_values(self) -> list:
+        return list(self.values)
+
+
+Param = Union[LogUniform, Uniform, IntUniform, Choice]
+
+
+@dataclass(frozen=True)
+class Space:
+    """Everything a tuning run needs to know besides the flags that override it."""
+
+    params: dict[str, Param]
+    strategy: str = "asha"
+    metric: str = "loss"
+    mode: str = "min"
+    num_samples: int = 16
+    max_epochs: int = 10
+    grace_period: int = 1  # ASHA/HyperBand: the first rung, in epochs
+    reduction_factor: int = 2  # ASHA/HyperBand: keep the best 1/rf at each rung
+    cpus_per_trial: float = 1
+    gpus_per_trial: float | str = "auto"  # "auto": one GPU per trial where the cluster has GPUs
+    fixed: dict[str, Any] = field(default_factory=dict)  # passed to the trainer, never searched
+    seed: int = 0
+    name: str = ""
+
+    def __post_init__(self):
+        if self.strategy not in STRATEGIES:
+            raise SpaceError(f"strategy {self.strategy!r} unknown: use one of {', '.join(STRATEGIES)}")
+        if self.mode not in ("min", "max"):
+            raise SpaceError(f"mode must be 'min' or 'max', got {self.mode!r}")
+        if not self.params:
+            raise SpaceError("a space needs at least one parameter")
+        for key, p in self.params.items():
+            if not isinstance(p, (LogUniform, Uniform, IntUniform, Choice)):
+                raise SpaceError(f"parameter {key!r} is a {type(p).__name__}: declare it with "
+                                 "LogUniform, Uniform, IntUniform or Choice from tuning.spaces")
+        clash = set(self.params) & set(self.fixed)
+        if clash:
+            raise SpaceError(f"{sorted(clash)} are both searched and fixed: keep each in one place")
+
+    def replace(self, **changes) -> "Space":
+        return dataclasses.replace(self, **changes)
+
+
+# ---------------------------------------------------------------- compilation
+
+def to_tune(space: Space) -> dict:
+    """Tune's sampling distributions, for random search and ASHA."""
+    from ray import tune
+
+    def one(p: Param):
+        if isinstance(p, LogUniform):
+            return tune.loguniform(p.low, p.high)
+        if isinstance(p, Uniform):
+            return tune.uniform(p.low, p.high)
+        if isinstance(p, IntUniform):
+            return tune.randint(p.low, p.high + 1)  # Tune's upper bound is exclusive
+        return tune.choice(list(p.values))
+
+    return {k: one(p) for k, p in space.params.items()}
+
+
+def to_grid(space: Space) -> dict:
+    """``tune.grid_search`` over every parameter's grid points."""
+    from ray import tune
+
+    return {k: tune.grid_search(p.grid_values()) for k, p in space.params.items()}
+
+
+def grid_size(space: Space) -> int:
+    return math.prod(len(p.grid_values()) for p in space.params.values())
+
+
+def to_configspace(space: Space, seed: int | None = None):
+    """A ConfigSpace space, for TuneBOHB."""
+    import ConfigSpace as CS
+
+    cs = CS.ConfigurationSpace(seed=seed)
+    for k, p in space.params.items():
+        if isinstance(p, LogUniform):
+            hp = CS.UniformFloatHyperparameter(k, lower=p.low, upper=p.high, log=True)
+        elif isinstance(p, Uniform):
+            hp = CS.UniformFloatHyperparameter(k, lower=p.low, upper=p.high)
+        elif isinstance(p, IntUniform):
+            hp = CS.UniformIntegerHyperparameter(k, lower=p.low, upper=p.high)
+        else:
+            hp = CS.CategoricalHyperparameter(k, choices=list(p.values))
+        cs.add(hp)
+    return cs
+
+
+def plain(value):
+    """numpy scalars (ConfigSpace 1.x hands them out) as the Python values they stand for."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+# ---------------------------------------------------------------- the registry
+
+def available() -> list[str]:
+    import search_spaces
+
+    return sorted(m.name for m in pkgutil.iter_modules(search_spaces.__path__) if not m.name.startswith("_"))
+
+
+def load(name: str) -> Space:
+    names = available()
+    if name not in names:
+        raise SpaceError(f"unknown space {name!r}: available spaces are {', '.join(names)}")
+    module = importlib.import_module(f"search_spaces.{name}")
+    space = getattr(module, "SPACE", None)
+    if not isinstance(space, Space):
+        raise SpaceError(f"search_spaces/{name}.py defines no SPACE = Space(...)")
+    return space.replace(name=name)
