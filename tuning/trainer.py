@@ -58,7 +58,7 @@ def check_input(x: torch.Tensor) -> None:
 def augment(x: torch.Tensor, generator: torch.Generator, pad: int = 2) -> torch.Tensor:
     """Random translation by up to `pad` pixels and horizontal flip, batched on tensors."""
     n = x.shape[0]
-    flip = torch.rand(n, generator=generator) < 0.5
+    flip = (torch.rand(n, generator=generator) < 0.5).to(x.device)
     x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
     padded = F.pad(x, (pad, pad, pad, pad), mode="reflect")
     shifts = torch.randint(0, 2 * pad + 1, (n, 2), generator=generator)
@@ -124,6 +124,8 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
         start = int(state["epoch"])
         log.info("resuming at epoch %d of %d", start + 1, epochs)
     check_input(train.x[:1])
+    if device.type == "cuda":  # keep the whole split on the GPU, as airbench does: no per-batch copies
+        train, val = Split(train.x.to(device), train.y.to(device)), Split(val.x.to(device), val.y.to(device))
     metrics: dict[str, float] = {}
     for epoch in range(start, epochs):
         # Shuffle order and augmentation derive from (seed, epoch) alone, so a run resumed from a
@@ -131,7 +133,7 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
         gen = torch.Generator().manual_seed(seed * 100_003 + epoch)
         t0 = time.perf_counter()
         model.train()
-        order = torch.randperm(len(train), generator=gen)
+        order = torch.randperm(len(train), generator=gen).to(train.x.device)
         loss_sum, seen = 0.0, 0
         for i in range(0, len(order) - batch_size + 1, batch_size):  # drop the ragged last batch
             idx = order[i:i + batch_size]
