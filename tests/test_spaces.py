@@ -61,3 +61,89 @@ def test_log_uniform_samples_are_log_uniform():
     # Uniform in log space: each decade gets half the samples.
     assert abs(np.mean(logs < -3) - 0.5) < 0.05
     assert math.isclose(np.mean(logs), -3, abs_tol=0.05)
+
+
+# ---------------------------------------------------------------- the compiler: every kind, every target
+
+KINDS = {
+    "loguniform": LogUniform(1e-4, 1e-2, grid=3),
+    "uniform": Uniform(0.1, 0.5, grid=5),
+    "int": IntUniform(2, 6),
+    "choice": Choice([64, 128, 256]),
+    "choice_str": Choice(["sgd", "adamw"]),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_tune_target_keeps_bounds_scale_and_choices(kind):
+    from ray.tune.search import sample
+
+    p = KINDS[kind]
+    dom = spaces.to_tune(Space(params={"x": p}))["x"]
+    draws = [dom.sample() for _ in range(400)]
+    if isinstance(p, Choice):
+        assert isinstance(dom, sample.Categorical) and list(dom.categories) == list(p.values)
+        assert set(draws) == set(p.values)
+    elif isinstance(p, IntUniform):
+        assert isinstance(dom, sample.Integer)
+        assert set(draws) == set(range(p.low, p.high + 1))  # both ends included
+    else:
+        assert isinstance(dom, sample.Float) and (dom.lower, dom.upper) == (p.low, p.high)
+        assert isinstance(dom.get_sampler(), sample.LogUniform) == isinstance(p, LogUniform)
+        assert all(p.low <= d <= p.high for d in draws)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_grid_target_is_the_declared_grid(kind):
+    p = KINDS[kind]
+    grid = spaces.to_grid(Space(params={"x": p}))["x"]["grid_search"]
+    if isinstance(p, Choice):
+        assert grid == list(p.values)
+    elif isinstance(p, IntUniform):
+        assert grid == [2, 3, 4, 5, 6]
+    else:
+        assert len(grid) == p.grid and grid[0] == pytest.approx(p.low) and grid[-1] == pytest.approx(p.high)
+        steps = np.diff(np.log(grid)) if isinstance(p, LogUniform) else np.diff(grid)
+        assert np.allclose(steps, steps[0])  # evenly spaced on the declared scale
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_configspace_target_keeps_bounds_scale_and_choices(kind):
+    import ConfigSpace as CS
+
+    p = KINDS[kind]
+    hp = spaces.to_configspace(Space(params={"x": p}), seed=0)["x"]
+    if isinstance(p, Choice):
+        assert isinstance(hp, CS.CategoricalHyperparameter) and list(hp.choices) == list(p.values)
+    elif isinstance(p, IntUniform):
+        assert isinstance(hp, CS.UniformIntegerHyperparameter) and (hp.lower, hp.upper) == (2, 6)
+    else:
+        assert isinstance(hp, CS.UniformFloatHyperparameter)
+        assert (hp.lower, hp.upper) == (p.low, p.high) and hp.log == isinstance(p, LogUniform)
+
+
+def test_grid_size_and_int_grid_subsampling():
+    space = Space(params={"a": LogUniform(1e-3, 1e-1, grid=3), "b": Choice([1, 2]),
+                          "c": IntUniform(0, 100, grid=5)})
+    assert spaces.grid_size(space) == 3 * 2 * 5
+    assert space.params["c"].grid_values() == [0, 25, 50, 75, 100]
+
+
+def test_every_cifar_space_shares_one_declaration():
+    cifar = [spaces.load(n) for n in ("cifar_asha", "cifar_random", "cifar_grid", "cifar_bohb")]
+    assert {s.strategy for s in cifar} == set(spaces.STRATEGIES)
+    assert all(s.params is cifar[0].params and s.fixed == cifar[0].fixed for s in cifar)
+    assert spaces.load("cifar_bohb").reduction_factor == 3
+
+
+def test_ray_tune_distributions_are_refused_with_the_quantisation_reason():
+    from ray import tune
+
+    with pytest.raises(SpaceError, match="46995"):
+        Space(params={"batch_size": tune.qloguniform(16, 512, 16)})
+
+
+def test_plain_turns_numpy_scalars_into_python_values():
+    vals = [spaces.plain(v) for v in (np.int64(64), np.float64(0.5), np.str_("adamw"), 3, "x")]
+    assert vals == [64, 0.5, "adamw", 3, "x"]
+    assert [type(v) for v in vals] == [int, float, str, int, str]

@@ -131,7 +131,54 @@ def _search(space: spaces.Space, strategy: str, max_epochs: int, seed: int):
                                   grace_period=min(space.grace_period, max_epochs),
                                   reduction_factor=space.reduction_factor)
         return spaces.to_tune(space), BasicVariantGenerator(random_state=seed), scheduler
-    raise spaces.SpaceError(f"strategy {strategy!r} is not supported yet")
+    if strategy == "bohb":
+        import numpy as np
+        from ray.tune.schedulers import HyperBandForBOHB
+
+        np.random.seed(seed)  # HpBandSter draws its random fraction from numpy's global generator
+        search = _tune_bohb()(space=spaces.to_configspace(space, seed), metric=metric, mode=mode, seed=seed)
+        scheduler = HyperBandForBOHB(time_attr="training_iteration", metric=metric, mode=mode,
+                                     max_t=max_epochs, reduction_factor=space.reduction_factor)
+        return {}, search, scheduler
+    raise spaces.SpaceError(f"strategy {strategy!r} unknown: use one of {', '.join(spaces.STRATEGIES)}")
+
+
+def _tune_bohb():
+    """TuneBOHB whose proposals are plain Python values.
+
+    With ConfigSpace 1.x, TuneBOHB proposes numpy scalars (np.int64 batch sizes, np.str_
+    choices); they would reach the trainer, the progress table and result files. BOHB's own
+    bookkeeping (trial_to_params, which feeds its KDE) keeps what ConfigSpace gave it."""
+    from ray.tune.search.bohb import TuneBOHB
+
+    class PlainTuneBOHB(TuneBOHB):
+        def suggest(self, trial_id: str):
+            config = super().suggest(trial_id)
+            return None if config is None else {k: spaces.plain(v) for k, v in config.items()}
+
+    return PlainTuneBOHB
+
+
+def _reporter(space: spaces.Space):
+    """Tune's CLIReporter, made safe for trials Tune has not scheduled yet.
+
+    Its error table reads ``Trial.error_file`` of every trial, and in Ray 2.60 that raises
+    "Should not access `trial_driver_staging_path` without setting `trial_dir_name`" for a trial
+    Tune has added but not yet scheduled (its directory is assigned at scheduling). That crashed
+    runs with HyperBandForBOHB, whose pending and paused trials wait on each other. Assigning
+    the directory the way Tune does when it schedules the trial keeps both tables whole: every
+    trial's progress row, and every real error row."""
+    from ray.tune import CLIReporter
+
+    class Reporter(CLIReporter):
+        def report(self, trials, done, *sys_info):
+            for trial in trials:
+                if trial.storage.trial_dir_name is None:
+                    trial.init_local_path()
+            super().report(trials, done, *sys_info)
+
+    return Reporter(metric_columns=REPORTED, parameter_columns=list(space.params),
+                    metric=space.metric, mode=space.mode, sort_by_metric=True)
 
 
 def _trial_dirname(trial) -> str:
@@ -157,7 +204,7 @@ class RunSpec:
 def run(spec: RunSpec) -> list[dict]:
     """Run the experiment through ``tune.run`` and return one plain record per trial."""
     from ray import tune
-    from ray.tune import CheckpointConfig, CLIReporter
+    from ray.tune import CheckpointConfig
 
     space = spec.space
     config, search_alg, scheduler = _search(space, spec.strategy, spec.max_epochs, spec.seed)
@@ -165,8 +212,7 @@ def run(spec: RunSpec) -> list[dict]:
         train_cifar, source=spec.source, max_epochs=spec.max_epochs, fixed=dict(space.fixed),
         seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
         max_train=spec.max_train, max_val=spec.max_val)
-    reporter = CLIReporter(metric_columns=REPORTED, parameter_columns=list(space.params),
-                           metric=space.metric, mode=space.mode, sort_by_metric=True)
+    reporter = _reporter(space)
     analysis = tune.run(
         trainable,
         name=EXPERIMENT_NAME,

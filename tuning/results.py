@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 # Per-epoch columns kept from Tune's result rows, in this order.
-EPOCH_COLUMNS = ["training_iteration", "loss", "accuracy", "train_loss", "restored_from",
+EPOCH_COLUMNS = ["training_iteration", "epoch", "loss", "accuracy", "train_loss", "restored_from",
                  "train_time_s", "eval_time_s", "images_per_s", "time_this_iter_s", "time_total_s",
                  "timestamp", "node_ip", "pid"]
 
@@ -43,6 +43,7 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
         accs = [r["accuracy"] for r in curve if _finite(r.get("accuracy"))]
         epochs = int(last.get("training_iteration", 0))
         finished = rec["status"] == "TERMINATED"
+        resumed = sorted({int(r["restored_from"]) for r in rec["rows"] if r.get("restored_from")})
         rows.append({
             "trial_id": rec["trial_id"],
             "strategy": strategy,
@@ -55,6 +56,10 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
             "status": rec["status"],
             # Terminated before the full budget: the scheduler (ASHA) stopped it.
             "stopped_early": finished and epochs < max_epochs,
+            # Epochs after which the trial was paused and later resumed from its checkpoint
+            # (Hyperband rungs under BOHB), e.g. "1;3".
+            "resumed_at": ";".join(map(str, resumed)),
+            "recomputed_epochs": _recomputed(rec["rows"]),
             "wall_time_s": last.get("time_total_s"),
             "error": rec.get("error"),
         })
@@ -62,6 +67,19 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
     if not df.empty:
         df = df.sort_values(metric, ascending=(mode == "min"), na_position="last", kind="stable")
     return df.reset_index(drop=True)
+
+
+def _recomputed(rows: list[dict]) -> int:
+    """Epochs trained more than once: a trial that restarted from scratch instead of its
+    checkpoint reports an epoch number it had already reported."""
+    done, again = set(), 0
+    for r in rows:
+        e = r.get("epoch")
+        if e is None:
+            continue
+        again += e in done
+        done.add(e)
+    return again
 
 
 def best_trial(trials: pd.DataFrame, metric: str = "loss", mode: str = "min") -> dict | None:

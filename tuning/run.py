@@ -17,8 +17,11 @@ from tuning import data, results, spaces
 log = logging.getLogger("tuning.run")
 
 # --smoke: CI-sized. 8 samples make it near-certain that ASHA stops one at its first rung.
-SMOKE = {"num_samples": 8, "max_epochs": 2, "synthetic_train": 5000, "synthetic_test": 1000,
-         "max_train": 2000, "max_val": 500, "max_test": 1000}
+SMOKE = {"num_samples": 8, "max_epochs": 2, "grid_repeats": 1, "synthetic_train": 5000,
+         "synthetic_test": 1000, "max_train": 2000, "max_val": 500, "max_test": 1000}
+# BOHB's Hyperband needs max_t >= eta for a rung (1 and 3 epochs at eta 3): 9 samples fill
+# a bracket that pauses trials at epoch 1 and resumes the best at 3.
+SMOKE_BOHB = {**SMOKE, "num_samples": 9, "max_epochs": 3}
 
 
 class UsageError(Exception):
@@ -35,7 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
                 epilog="Flags override what the space file declares.")
     p.add_argument("--space", required=True,
                    help="search space: a module under search_spaces/ (e.g. cifar_asha)")
-    p.add_argument("--num-samples", type=int, help="trials to sample (default: the space's)")
+    p.add_argument("--strategy", choices=spaces.STRATEGIES,
+                   help="search strategy, overriding the space's: grid (grid search, FIFO), random "
+                        "(random search, FIFO), asha (random search + ASHA), bohb (TuneBOHB + HyperBandForBOHB)")
+    p.add_argument("--num-samples", type=int,
+                   help="trials to sample (default: the space's); with grid, how often the grid is repeated")
     p.add_argument("--max-epochs", type=int, help="epochs of a full-budget trial (default: the space's)")
     p.add_argument("--seed", type=int, help="seeds the search and every trial's init and data order")
     p.add_argument("--cpus-per-trial", type=float, help="CPUs per trial; fractions allowed")
@@ -117,11 +124,15 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     space = spaces.load(args.space)
-    smoke = SMOKE if args.smoke else {}
+    strategy = args.strategy or space.strategy
+    smoke = (SMOKE_BOHB if strategy == "bohb" else SMOKE) if args.smoke else {}
     for flag in ("num_samples", "max_epochs"):
         _check_positive("--" + flag.replace("_", "-"), getattr(args, flag))
     _check_positive("--seed", args.seed, minimum=0)
-    num_samples = args.num_samples or smoke.get("num_samples") or space.num_samples
+    if strategy == "grid":  # tune.run's num_samples repeats the grid
+        num_samples = args.num_samples or smoke.get("grid_repeats") or space.grid_repeats
+    else:
+        num_samples = args.num_samples or smoke.get("num_samples") or space.num_samples
     max_epochs = args.max_epochs or smoke.get("max_epochs") or space.max_epochs
     seed = space.seed if args.seed is None else args.seed
     kind = args.data or ("synthetic" if args.smoke else "auto")
@@ -141,9 +152,14 @@ def _main(argv: list[str]) -> int:
         raise
 
     log.warning(_data_banner(source))
+    if strategy == "grid":
+        points = " x ".join(f"{len(p.grid_values())} {k}" for k, p in space.params.items())
+        total = spaces.grid_size(space) * num_samples
+        print(f"Grid search: {points} = {spaces.grid_size(space)} points x {num_samples} "
+              f"repeat{'s' * (num_samples > 1)} = {total} trials", flush=True)
     started = time.time()
     run_info = {
-        "space": space.name, "strategy": space.strategy, "seed": seed, "argv": argv,
+        "space": space.name, "strategy": strategy, "seed": seed, "argv": argv,
         "num_samples": num_samples, "max_epochs": max_epochs,
         "resources_per_trial": {"cpu": cpus, "gpu": gpus},
         "data": {"kind": source.kind, "root": source.root, "smoke_subset": bool(args.smoke)},
@@ -151,7 +167,7 @@ def _main(argv: list[str]) -> int:
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)), "status": "running",
     }
     results.write_json(results_dir / "run.json", run_info)
-    spec = backend.RunSpec(space=space, strategy=space.strategy, num_samples=num_samples,
+    spec = backend.RunSpec(space=space, strategy=strategy, num_samples=num_samples,
                            max_epochs=max_epochs, seed=seed, cpus_per_trial=cpus, gpus_per_trial=gpus,
                            source=source, results_dir=results_dir,
                            max_train=smoke.get("max_train"), max_val=smoke.get("max_val"))
@@ -159,7 +175,7 @@ def _main(argv: list[str]) -> int:
     backend.stop_ray()
 
     params = list(space.params)
-    trials = results.trials_table(records, params, strategy=space.strategy, max_epochs=max_epochs,
+    trials = results.trials_table(records, params, strategy=strategy, max_epochs=max_epochs,
                                   metric=space.metric, mode=space.mode)
     epochs = results.epochs_table(records, params)
     results.write_tables(results_dir, trials, epochs)
@@ -171,9 +187,12 @@ def _main(argv: list[str]) -> int:
             **{k: best.get(k) for k in ("loss", "accuracy", "epochs", "test_loss", "test_accuracy")}})
     run_info.update(status="finished", wall_time_s=round(time.time() - started, 1), trials=len(trials),
                     stopped_early=int(trials["stopped_early"].sum()) if len(trials) else 0,
-                    failed=int((trials["status"] == "ERROR").sum()) if len(trials) else 0, best=best)
+                    failed=int((trials["status"] == "ERROR").sum()) if len(trials) else 0,
+                    resumed_trials=int((trials["resumed_at"] != "").sum()) if len(trials) else 0,
+                    recomputed_epochs=int(trials["recomputed_epochs"].sum()) if len(trials) else 0,
+                    best=best)
     results.write_json(results_dir / "run.json", run_info)
-    _print_summary(best, trials, source, results_dir, params)
+    _print_summary(best, run_info, source, results_dir, params)
     return 0 if best is not None else 1
 
 
@@ -191,10 +210,10 @@ def _test_best(best: dict, records: list[dict], space: spaces.Space, source: dat
     return {"test_loss": m["loss"], "test_accuracy": m["accuracy"], "test_images": len(test)}
 
 
-def _print_summary(best, trials, source, results_dir: Path, params: list[str]) -> None:
-    n_early = int(trials["stopped_early"].sum()) if len(trials) else 0
-    n_failed = int((trials["status"] == "ERROR").sum()) if len(trials) else 0
-    print(f"\n{len(trials)} trials: {n_early} stopped early by the scheduler, {n_failed} failed")
+def _print_summary(best, info: dict, source, results_dir: Path, params: list[str]) -> None:
+    print(f"\n{info['trials']} trials: {info['stopped_early']} stopped early by the scheduler, "
+          f"{info['failed']} failed, {info['resumed_trials']} paused and resumed from a checkpoint, "
+          f"{info['recomputed_epochs']} epochs recomputed")
     if best is None:
         print("No trial reported a result.")
     else:

@@ -110,7 +110,8 @@ class Space:
     strategy: str = "asha"
     metric: str = "loss"
     mode: str = "min"
-    num_samples: int = 16
+    num_samples: int = 16  # trials for random, ASHA and BOHB
+    grid_repeats: int = 1  # grid search: how many times the whole grid is run
     max_epochs: int = 10
     grace_period: int = 1  # ASHA/HyperBand: the first rung, in epochs
     reduction_factor: int = 2  # ASHA/HyperBand: keep the best 1/rf at each rung
@@ -128,6 +129,12 @@ class Space:
         if not self.params:
             raise SpaceError("a space needs at least one parameter")
         for key, p in self.params.items():
+            if type(p).__module__.startswith("ray.tune"):
+                raise SpaceError(
+                    f"parameter {key!r} is a Ray Tune distribution: declare it with LogUniform, Uniform, "
+                    "IntUniform or Choice from tuning.spaces, so grid, random and BOHB share it. "
+                    "Quantised ones (q=...) are not offered: they break TuneBOHB with ConfigSpace 1.x "
+                    "(Ray issue #46995); use IntUniform or Choice for discrete values")
             if not isinstance(p, (LogUniform, Uniform, IntUniform, Choice)):
                 raise SpaceError(f"parameter {key!r} is a {type(p).__name__}: declare it with "
                                  "LogUniform, Uniform, IntUniform or Choice from tuning.spaces")
@@ -205,7 +212,12 @@ def load(name: str) -> Space:
     names = available()
     if name not in names:
         raise SpaceError(f"unknown space {name!r}: available spaces are {', '.join(names)}")
-    module = importlib.import_module(f"search_spaces.{name}")
+    try:
+        module = importlib.import_module(f"search_spaces.{name}")
+    except SpaceError as exc:
+        raise SpaceError(f"search_spaces/{name}.py: {exc}") from None
+    except Exception as exc:  # a typo in a space file is bad input too, not a crash
+        raise SpaceError(f"search_spaces/{name}.py does not load: {type(exc).__name__}: {exc}") from None
     space = getattr(module, "SPACE", None)
     if not isinstance(space, Space):
         raise SpaceError(f"search_spaces/{name}.py defines no SPACE = Space(...)")

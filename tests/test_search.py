@@ -1,0 +1,78 @@
+"""Search-strategy logic without training: seeds, BOHB's proposals, the BOHB-safe reporter."""
+
+import numpy as np
+import pytest
+
+from tuning import backend, results, spaces
+
+
+def _random_configs(seed, n=6):
+    from ray.tune.experiment import Experiment
+
+    space = spaces.load("cifar_asha")
+    config, search, _ = backend._search(space, "random", 3, seed)
+    search.add_configurations([Experiment("x", lambda c: None, config=config, num_samples=n)])
+    out = []
+    while (trial := search.next_trial()) is not None:
+        out.append(trial.config)
+    return out
+
+
+def _bohb_configs(seed, n=30):
+    """Drive TuneBOHB with a toy objective through Hyperband budgets, so that its KDE model,
+    not only its random draws, proposes configurations."""
+    space = spaces.load("cifar_bohb")
+    _, search, _ = backend._search(space, "bohb", 9, seed)
+    out = []
+    for i in range(n):
+        cfg = search.suggest(f"t{i}")
+        out.append(cfg)
+        loss = abs(np.log10(cfg["lr"]) + 2.5) + cfg["batch_size"] / 1000
+        for budget in (1, 3):
+            search.on_trial_result(f"t{i}", {"loss": loss / budget, "hyperband_info": {"budget": budget}})
+        search.on_trial_complete(f"t{i}")
+    assert search.bohber.kde_models, "BOHB never fitted its model: proposals were all random"
+    return out
+
+
+def test_random_search_same_seed_same_configs():
+    assert _random_configs(0) == _random_configs(0)
+    assert _random_configs(0) != _random_configs(1)
+
+
+def test_bohb_same_seed_same_configs_including_model_based_ones():
+    a, b, c = _bohb_configs(0), _bohb_configs(0), _bohb_configs(1)
+    assert a == b
+    assert a != c
+
+
+def test_bohb_proposals_are_plain_python_values():
+    for cfg in _bohb_configs(0, n=12):
+        assert type(cfg["batch_size"]) is int and type(cfg["lr"]) is float
+
+
+def test_recomputed_epochs_counts_restarts_from_scratch():
+    resumed = [{"epoch": 1}, {"epoch": 2, "restored_from": 1}, {"epoch": 3, "restored_from": 1}]
+    restarted = [{"epoch": 1}, {"epoch": 2}, {"epoch": 1}, {"epoch": 2}, {"epoch": 3}]
+    assert results._recomputed(resumed) == 0
+    assert results._recomputed(restarted) == 2
+
+
+def test_reporter_survives_unscheduled_trials_and_keeps_error_rows(tmp_path, capsys, ray_2cpus):
+    from ray.train._internal.storage import StorageContext
+    from ray.tune.experiment import Trial
+
+    storage = StorageContext(storage_path=str(tmp_path), experiment_dir_name="exp")
+    pending = Trial("train_cifar", config={"lr": 1e-3, "batch_size": 64}, storage=storage, stub=True)
+    failed = Trial("train_cifar", config={"lr": 1e-2, "batch_size": 128}, storage=storage, stub=True)
+    failed.init_local_path()
+    failed.run_metadata.error_filename = "error.txt"
+    failed.set_status(Trial.ERROR)
+    assert pending.storage.trial_dir_name is None  # the state that crashed Ray's own CLIReporter
+    with pytest.raises(RuntimeError, match="trial_dir_name"):
+        _ = pending.error_file
+
+    backend._reporter(spaces.load("cifar_bohb")).report([pending, failed], False)
+    out = capsys.readouterr().out
+    assert str(pending) in out and str(failed) in out  # both progress rows
+    assert "Number of errored trials: 1" in out and "error.txt" in out  # the real error row stays

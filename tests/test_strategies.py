@@ -1,0 +1,87 @@
+"""grid, random and BOHB end to end in smoke size, through real Ray (ASHA: test_smoke.py)."""
+
+import json
+
+import pandas as pd
+import pytest
+
+from conftest import run_cli
+from tuning import spaces
+
+
+def _run(tmp_path_factory, name, *args):
+    tmp = tmp_path_factory.mktemp(name)
+    proc = run_cli(*args, "--smoke", "--data-dir", str(tmp / "data"), "--results-dir", str(tmp / "results"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, tmp / "results"
+
+
+def _reporter_table_shown(out: str):
+    assert "== Status ==" in out
+    header = [line for line in out.splitlines() if line.startswith("| Trial name")][-1]
+    for col in ("loss", "accuracy", "training_iteration"):
+        assert col in header
+
+
+@pytest.fixture(scope="module")
+def bohb(tmp_path_factory):
+    return _run(tmp_path_factory, "bohb", "--space", "cifar_bohb")
+
+
+def test_bohb_pauses_and_resumes_trials_from_their_checkpoints(bohb):
+    proc, results = bohb
+    _reporter_table_shown(proc.stdout)
+    trials = pd.read_csv(results / "trials.csv", keep_default_na=False)
+    epochs = pd.read_csv(results / "epochs.csv")
+    assert (trials["strategy"] == "bohb").all()
+    assert (trials["resumed_at"] != "").any()  # at least one paused-then-resumed trial
+    assert (epochs["restored_from"] > 0).any()
+    for _, curve in epochs.groupby("trial_id"):  # no restart: strictly increasing, no epoch twice
+        assert curve["training_iteration"].is_monotonic_increasing and curve["training_iteration"].is_unique
+        assert curve["epoch"].tolist() == curve["training_iteration"].tolist()
+    assert trials["recomputed_epochs"].sum() == 0
+    run = json.loads((results / "run.json").read_text())
+    assert run["recomputed_epochs"] == 0 and run["resumed_trials"] >= 1 and run["strategy"] == "bohb"
+    assert "0 epochs recomputed" in proc.stdout
+
+
+def test_bohb_configs_are_plain_everywhere(bohb):
+    proc, results = bohb
+    assert "np.int64" not in proc.stdout and "np.str_" not in proc.stdout
+    best = json.loads((results / "best_config.json").read_text())
+    assert type(best["config"]["batch_size"]) is int
+    assert pd.read_csv(results / "trials.csv")["batch_size"].isin([64, 128, 256, 512]).all()
+
+
+@pytest.mark.slow
+def test_bohb_same_seed_same_configs_across_real_runs(bohb, tmp_path_factory):
+    _, again = _run(tmp_path_factory, "bohb_again", "--space", "cifar_bohb")
+    a = pd.read_csv(bohb[1] / "trials.csv")[["lr", "batch_size"]]
+    b = pd.read_csv(again / "trials.csv")[["lr", "batch_size"]]
+    assert sorted(map(tuple, a.values)) == sorted(map(tuple, b.values))
+
+
+def test_grid_covers_exactly_the_grid_times_repeats(tmp_path_factory):
+    # --strategy overrides the space's (ASHA) strategy; --num-samples repeats the grid.
+    proc, results = _run(tmp_path_factory, "grid", "--space", "cifar_asha", "--strategy", "grid",
+                         "--num-samples", "2", "--max-epochs", "1")
+    _reporter_table_shown(proc.stdout)
+    assert "= 16 points x 2 repeats = 32 trials" in proc.stdout
+    trials = pd.read_csv(results / "trials.csv")
+    space = spaces.load("cifar_asha")
+    expected = sorted((lr, bs) for lr in space.params["lr"].grid_values()
+                      for bs in space.params["batch_size"].grid_values()) * 2
+    got = sorted(zip(trials["lr"], trials["batch_size"]))
+    assert len(got) == 32
+    assert got == sorted(expected)
+    assert (trials["strategy"] == "grid").all() and not trials["stopped_early"].any()
+    assert json.loads((results / "run.json").read_text())["strategy"] == "grid"
+
+
+def test_random_trains_every_trial_for_the_full_budget(tmp_path_factory):
+    proc, results = _run(tmp_path_factory, "random", "--space", "cifar_random")
+    _reporter_table_shown(proc.stdout)
+    trials = pd.read_csv(results / "trials.csv")
+    assert len(trials) == 8 and (trials["epochs"] == 2).all() and not trials["stopped_early"].any()
+    assert (trials["strategy"] == "random").all()
+    assert trials["lr"].nunique() == 8
