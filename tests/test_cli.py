@@ -79,3 +79,21 @@ def test_help_explains_every_flag(capsys):
     for flag in ("--space", "--num-samples", "--max-epochs", "--seed", "--cpus-per-trial",
                  "--gpus-per-trial", "--data", "--data-dir", "--results-dir", "--smoke"):
         assert flag in out
+
+
+def test_workers_per_trial_must_split_the_batch_sizes(capsys, tmp_path, ray_2cpus):
+    _fails(capsys, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "3", "--cpus-per-trial", "2",
+                    "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+           "do not all split evenly over 3 ranks")
+
+
+def test_workers_per_trial_is_for_cpu_trials(capsys, tmp_path, ray_2cpus):
+    _fails(capsys, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "2", "--gpus-per-trial", "0.5",
+                    "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+           "--workers-per-trial 2 is for CPU trials")
+
+
+def test_zero_workers(capsys, tmp_path, ray_2cpus):
+    _fails(capsys, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "0",
+                    "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+           "--workers-per-trial must be at least 1")

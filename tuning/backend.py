@@ -76,23 +76,21 @@ def stop_ray() -> None:
 
 # ---------------------------------------------------------------- the trainable
 
-def _device_for_trial() -> str:
-    import ray
-    import torch
-
-    return "cuda" if ray.get_gpu_ids() and torch.cuda.is_available() else "cpu"
-
-
 def train_cifar(config: dict, *, source: DataSource, max_epochs: int, fixed: dict, seed: int,
-                threads: int, max_train: int | None = None, max_val: int | None = None) -> None:
+                threads: int, workers: int = 1, max_train: int | None = None,
+                max_val: int | None = None) -> None:
     """Tune's view of trainer.train_cifar: report each epoch, checkpoint each epoch, and
-    continue from Tune's checkpoint when a trial is resumed or restarted."""
+    continue from Tune's checkpoint when a trial is resumed or restarted.
+
+    A trial given several GPUs trains as one nccl rank per GPU; a CPU trial with workers > 1 as
+    that many gloo ranks sharing its CPUs. Either way rank 0's epochs come back here."""
+    import ray
     import torch
     from ray import tune
 
+    from tuning import distributed
     from tuning.data import load_train_val
 
-    torch.set_num_threads(threads)
     params = {k: spaces.plain(v) for k, v in config.items()}
     train, val = load_train_val(source, max_train, max_val)  # cached across trials in this process
     state, restored_epoch = None, 0
@@ -110,8 +108,17 @@ def train_cifar(config: dict, *, source: DataSource, max_epochs: int, fixed: dic
             tune.report({**metrics, "restored_from": restored_epoch},
                         checkpoint=tune.Checkpoint.from_directory(d))
 
-    trainer.train_cifar(**params, **fixed, epochs=max_epochs, train=train, val=val, seed=seed,
-                        device=_device_for_trial(), state=state, on_epoch=report)
+    kwargs = dict(**params, **fixed, epochs=max_epochs, train=train, val=val, seed=seed, state=state)
+    gpus = ray.get_gpu_ids() if torch.cuda.is_available() else []
+    if len(gpus) > 1:
+        distributed.run(trainer.train_cifar, kwargs, world_size=len(gpus), backend="nccl",
+                        device_type="cuda", threads=max(1, threads // len(gpus)), on_epoch=report)
+    elif workers > 1:
+        distributed.run(trainer.train_cifar, kwargs, world_size=workers, backend="gloo",
+                        device_type="cpu", threads=max(1, threads // workers), on_epoch=report)
+    else:
+        torch.set_num_threads(threads)
+        trainer.train_cifar(**kwargs, device="cuda" if gpus else "cpu", on_epoch=report)
 
 
 # ---------------------------------------------------------------- search strategies
@@ -196,6 +203,7 @@ class RunSpec:
     gpus_per_trial: float
     source: DataSource
     results_dir: Path
+    workers_per_trial: int = 1
     max_train: int | None = None
     max_val: int | None = None
     callbacks: list = field(default_factory=list)
@@ -210,7 +218,7 @@ def run(spec: RunSpec) -> list[dict]:
     config, search_alg, scheduler = _search(space, spec.strategy, spec.max_epochs, spec.seed)
     trainable = tune.with_parameters(
         train_cifar, source=spec.source, max_epochs=spec.max_epochs, fixed=dict(space.fixed),
-        seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
+        seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)), workers=spec.workers_per_trial,
         max_train=spec.max_train, max_val=spec.max_val)
     reporter = _reporter(space)
     analysis = tune.run(

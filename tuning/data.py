@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from filelock import FileLock
-from torchvision.datasets import CIFAR10
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +33,14 @@ VAL_FRACTION = 0.1
 # The split must not change with the run's seed, or validation losses of two runs differ in meaning.
 SPLIT_SEED = 20210820
 DOWNLOAD_PROBE_TIMEOUT_S = 5.0
+
+
+def _cifar10():
+    # torchvision costs 1.7 s to import here; DDP ranks, which get their data from the trial in
+    # shared memory, never need it.
+    from torchvision.datasets import CIFAR10
+
+    return CIFAR10
 
 
 class DataError(Exception):
@@ -59,7 +66,7 @@ class Split:
 
 def has_cifar10(data_dir: str | os.PathLike) -> bool:
     try:
-        CIFAR10(str(data_dir), train=False, download=False)
+        _cifar10()(str(data_dir), train=False, download=False)
     except RuntimeError:
         return False
     return True
@@ -80,11 +87,11 @@ def fetch_cifar10(data_dir: str | os.PathLike, timeout: float = DOWNLOAD_PROBE_T
     data_dir = Path(data_dir)
     if has_cifar10(data_dir):
         return True
-    if not _reachable(CIFAR10.url, timeout):
+    if not _reachable(_cifar10().url, timeout):
         return False
     data_dir.mkdir(parents=True, exist_ok=True)
     with FileLock(str(data_dir / ".cifar10.lock")):  # parallel trials must not download twice
-        CIFAR10(str(data_dir), train=True, download=True)
+        _cifar10()(str(data_dir), train=True, download=True)
     return has_cifar10(data_dir)
 
 
@@ -150,7 +157,7 @@ def _write_batch(path: Path, data: np.ndarray, labels: np.ndarray, name: str) ->
 def ensure_synthetic(root: str | os.PathLike, *, seed: int, n_train: int, n_test: int) -> None:
     """Write a deterministic synthetic CIFAR-10 under root/cifar-10-batches-py, once."""
     root = Path(root)
-    folder = root / CIFAR10.base_folder
+    folder = root / _cifar10().base_folder
     manifest = root / "synthetic.json"
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / ".generate.lock")):  # several trials or runs may ask at once
@@ -177,7 +184,8 @@ def ensure_synthetic(root: str | os.PathLike, *, seed: int, n_train: int, n_test
         os.replace(tmp, manifest)  # the manifest is written last: its presence means "complete"
 
 
-def _dataset(source: DataSource, train: bool) -> CIFAR10:
+def _dataset(source: DataSource, train: bool):
+    CIFAR10 = _cifar10()
     if source.kind == "cifar10":
         return CIFAR10(source.root, train=train, download=False)
     # torchvision checks every file against the real CIFAR-10's md5 sums, which synthetic files
@@ -195,7 +203,7 @@ def _dataset(source: DataSource, train: bool) -> CIFAR10:
                         "and it is generated again") from exc
 
 
-def _to_tensors(ds: CIFAR10, index: np.ndarray | None = None) -> Split:
+def _to_tensors(ds, index: np.ndarray | None = None) -> Split:
     data = ds.data if index is None else ds.data[index]
     y = np.asarray(ds.targets) if index is None else np.asarray(ds.targets)[index]
     x = torch.from_numpy(np.ascontiguousarray(data)).permute(0, 3, 1, 2).float().div_(255)

@@ -17,8 +17,8 @@ import pandas as pd
 
 # Per-epoch columns kept from Tune's result rows, in this order.
 EPOCH_COLUMNS = ["training_iteration", "epoch", "loss", "accuracy", "train_loss", "restored_from",
-                 "train_time_s", "eval_time_s", "images_per_s", "time_this_iter_s", "time_total_s",
-                 "timestamp", "node_ip", "pid"]
+                 "world_size", "train_time_s", "eval_time_s", "images_per_s", "time_this_iter_s",
+                 "time_total_s", "timestamp", "node_ip", "pid", "rank_pids"]
 
 
 def epochs_table(records: list[dict], params: list[str]) -> pd.DataFrame:
@@ -53,6 +53,7 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
             "best_loss": min(losses) if losses else None,
             "best_accuracy": max(accs) if accs else None,
             "epochs": epochs,
+            "world_size": last.get("world_size", 1),
             "status": rec["status"],
             # Terminated before the full budget: the scheduler (ASHA) stopped it.
             "stopped_early": finished and epochs < max_epochs,

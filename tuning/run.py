@@ -48,6 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cpus-per-trial", type=float, help="CPUs per trial; fractions allowed")
     p.add_argument("--gpus-per-trial", type=float,
                    help="GPUs per trial; fractions share a GPU (default: 1 where GPUs exist, else 0)")
+    p.add_argument("--workers-per-trial", type=int,
+                   help="CPU trials: train each trial as W DistributedDataParallel (gloo) ranks sharing "
+                        "its CPUs (default: the space's, usually 1). GPU trials run one rank per GPU")
     p.add_argument("--data", choices=["auto", "cifar10", "synthetic"],
                    help="auto (default): real CIFAR-10 if found or downloadable, else synthetic; "
                         "cifar10: require the real set; synthetic: always generate")
@@ -84,23 +87,37 @@ def _prepare_results_dir(path: Path) -> bool:
     return created
 
 
-def _resources(space: spaces.Space, args, cluster: dict) -> tuple[float, float]:
-    cpus = args.cpus_per_trial if args.cpus_per_trial is not None else space.cpus_per_trial
+def _resources(space: spaces.Space, args, cluster: dict) -> tuple[float, float, int]:
+    """(cpus, gpus, workers) per trial, checked against what Ray sees."""
+    workers = args.workers_per_trial if args.workers_per_trial is not None else space.workers_per_trial
+    _check_positive("--workers-per-trial", workers)
+    cpus = args.cpus_per_trial if args.cpus_per_trial is not None else space.cpus_per_trial * workers
     gpus = args.gpus_per_trial if args.gpus_per_trial is not None else space.gpus_per_trial
     have_cpus, have_gpus = cluster.get("CPU", 0), cluster.get("GPU", 0)
     if gpus == "auto":
-        gpus = 1 if have_gpus >= 1 else 0
+        gpus = 1 if have_gpus >= 1 and workers == 1 else 0
     if cpus <= 0:
         raise UsageError(f"--cpus-per-trial must be positive, got {cpus}")
     if gpus < 0:
         raise UsageError(f"--gpus-per-trial must not be negative, got {gpus}")
+    if gpus > 1 and gpus != int(gpus):
+        raise UsageError(f"--gpus-per-trial {gpus:g}: above 1 a trial runs one DDP rank per GPU, "
+                         "so give a whole number (or at most 1 to share a GPU)")
+    if workers > 1 and gpus > 0:
+        raise UsageError(f"--workers-per-trial {workers} is for CPU trials; a GPU trial runs one rank "
+                         "per GPU: use --gpus-per-trial N instead, or --gpus-per-trial 0")
     if cpus > have_cpus:
         raise UsageError(f"--cpus-per-trial {cpus:g} is more than the {have_cpus:g} CPUs Ray sees: "
                          "lower it so a trial can start")
     if gpus > have_gpus:
         raise UsageError(f"--gpus-per-trial {gpus:g} is more than the {have_gpus:g} GPUs Ray sees: "
                          f"use --gpus-per-trial {have_gpus:g} or run where GPUs are available")
-    return cpus, gpus
+    ranks = int(gpus) if gpus > 1 else workers
+    batch = space.params.get("batch_size")
+    if ranks > 1 and isinstance(batch, spaces.Choice) and any(int(b) % ranks for b in batch.values):
+        raise UsageError(f"batch_size choices {list(batch.values)} do not all split evenly over {ranks} "
+                         "ranks (batch_size is the global batch): use a rank count that divides them")
+    return cpus, gpus, workers
 
 
 def _data_banner(source: data.DataSource) -> str:
@@ -129,6 +146,7 @@ def _main(argv: list[str]) -> int:
     for flag in ("num_samples", "max_epochs"):
         _check_positive("--" + flag.replace("_", "-"), getattr(args, flag))
     _check_positive("--seed", args.seed, minimum=0)
+    _check_positive("--workers-per-trial", args.workers_per_trial)
     if strategy == "grid":  # tune.run's num_samples repeats the grid
         num_samples = args.num_samples or smoke.get("grid_repeats") or space.grid_repeats
     else:
@@ -145,7 +163,7 @@ def _main(argv: list[str]) -> int:
                               synthetic_test=smoke.get("synthetic_test", 10_000))
         from tuning import backend  # importing Ray costs seconds: only once the flags are good
 
-        cpus, gpus = _resources(space, args, backend.start_ray(worker_logs=args.worker_logs))
+        cpus, gpus, workers = _resources(space, args, backend.start_ray(worker_logs=args.worker_logs))
     except BaseException:
         if created and results_dir.exists() and not any(results_dir.iterdir()):
             results_dir.rmdir()
@@ -161,7 +179,7 @@ def _main(argv: list[str]) -> int:
     run_info = {
         "space": space.name, "strategy": strategy, "seed": seed, "argv": argv,
         "num_samples": num_samples, "max_epochs": max_epochs,
-        "resources_per_trial": {"cpu": cpus, "gpu": gpus},
+        "resources_per_trial": {"cpu": cpus, "gpu": gpus}, "workers_per_trial": workers,
         "data": {"kind": source.kind, "root": source.root, "smoke_subset": bool(args.smoke)},
         "fixed": dict(space.fixed), "versions": results.versions(), "git_commit": results.git_commit(),
         "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)), "status": "running",
@@ -169,7 +187,7 @@ def _main(argv: list[str]) -> int:
     results.write_json(results_dir / "run.json", run_info)
     spec = backend.RunSpec(space=space, strategy=strategy, num_samples=num_samples,
                            max_epochs=max_epochs, seed=seed, cpus_per_trial=cpus, gpus_per_trial=gpus,
-                           source=source, results_dir=results_dir,
+                           source=source, results_dir=results_dir, workers_per_trial=workers,
                            max_train=smoke.get("max_train"), max_val=smoke.get("max_val"))
     records = backend.run(spec)
     backend.stop_ray()

@@ -117,6 +117,7 @@ class Space:
     reduction_factor: int = 2  # ASHA/HyperBand: keep the best 1/rf at each rung
     cpus_per_trial: float = 1
     gpus_per_trial: float | str = "auto"  # "auto": one GPU per trial where the cluster has GPUs
+    workers_per_trial: int = 1  # CPU trials: DDP ranks (gloo) per trial; GPU trials use one per GPU
     fixed: dict[str, Any] = field(default_factory=dict)  # passed to the trainer, never searched
     seed: int = 0
     name: str = ""

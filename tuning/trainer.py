@@ -4,10 +4,16 @@ Shape after the Ray/PyTorch CIFAR tutorial's ``train_cifar(config, data_dir)``, 
 data path: the whole split is one tensor and augmentation (translate, flip) runs per batch on
 tensors, not per sample through PIL. Whoever drives it gets a callback per epoch with the metrics
 and the state to checkpoint, and hands a loaded checkpoint back in to continue.
+
+The same function is one rank of a DistributedDataParallel run when called with rank and
+world_size inside a process group (tuning.distributed sets that up). ``batch_size`` is the
+global batch: each rank takes batch_size / world_size of it, and sampling, augmentation and
+BatchNorm statistics are arranged so that a run computes the same thing at any world size.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
@@ -16,8 +22,10 @@ from pathlib import Path
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.utils.data.distributed import DistributedSampler
 
 from tuning.data import Split
 
@@ -29,19 +37,62 @@ CHECKPOINT_FILE = "state.pt"
 # trial looked alike at ASHA's first rung.
 BN_MOMENTUM = 0.4
 EVAL_BATCH = 256  # larger batches ran slower on CPU here (cache); a GPU does not care much
+PAD = 2  # augmentation: random translation by up to 2 pixels, as airbench
+
+
+class SyncBatchNorm2d(nn.BatchNorm2d):
+    """BatchNorm whose training statistics cover the global batch of all ranks.
+
+    torch.nn.SyncBatchNorm does this with CUDA-only kernels; gloo ranks on CPU need it too, or the
+    model would normalise each rank's slice of the batch on its own and a 2-rank run would train
+    a different function than a 1-process run with the same batch. Outside a process group (or
+    in eval mode) this is plain BatchNorm2d. The all_reduce is autograd-aware, so the backward
+    pass sums the statistics' gradients across ranks exactly as SyncBatchNorm does; a test checks
+    that 2 ranks and 1 process take the same steps."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not (self.training and dist.is_initialized() and dist.get_world_size() > 1):
+            return super().forward(x)
+        # The autograd-aware all_reduce (torch.distributed.nn.functional's is deprecated for it).
+        import torch.distributed._functional_collectives as funcol
+
+        def all_reduce(t: torch.Tensor) -> torch.Tensor:
+            return funcol.all_reduce(t, "sum", dist.group.WORLD)
+
+        # One all_reduce of per-channel sums and sums of squares (one more in backward), in
+        # float64: E[x^2] - E[x]^2 cancels in float32 (1e-5 output errors measured at
+        # mean/std = 3). A two-pass version cost twice the collectives for no measurable gain.
+        c = x.shape[1]
+        f64 = torch.float64
+        local = torch.cat([x.sum((0, 2, 3), dtype=f64), (x * x).sum((0, 2, 3), dtype=f64),
+                           torch.full((1,), x.numel() / c, dtype=f64, device=x.device)])
+        total = all_reduce(local)
+        n = total[-1]
+        mean64 = total[:c] / n
+        var = (total[c:2 * c] / n - mean64 * mean64).clamp_min(0).to(x.dtype)
+        mean = mean64.to(x.dtype)
+        with torch.no_grad():
+            self.running_mean.lerp_(mean, self.momentum)
+            self.running_var.lerp_(var * n / (n - 1), self.momentum)  # unbiased, as BatchNorm2d
+            self.num_batches_tracked.add_(1)
+        scale = self.weight * torch.rsqrt(var + self.eps)
+        return x * scale.view(1, c, 1, 1) + (self.bias - mean * scale).view(1, c, 1, 1)
 
 
 def make_model(width: int = 16, num_classes: int = 10) -> nn.Module:
     """A small VGG-style net (airbench's layout, narrower): fast enough to tune on CPUs."""
 
+    def bn(c: int) -> nn.Module:
+        return SyncBatchNorm2d(c, momentum=BN_MOMENTUM)
+
     def conv_bn(cin: int, cout: int) -> list[nn.Module]:
-        return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout, momentum=BN_MOMENTUM), nn.GELU()]
+        return [nn.Conv2d(cin, cout, 3, padding=1, bias=False), bn(cout), nn.GELU()]
 
     def block(cin: int, cout: int) -> nn.Sequential:
         # Pool straight after the first conv, as airbench does: the second conv runs at a
         # quarter of the pixels, which halves the compute for little accuracy.
         return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.MaxPool2d(2),
-                             nn.BatchNorm2d(cout, momentum=BN_MOMENTUM), nn.GELU(), *conv_bn(cout, cout))
+                             bn(cout), nn.GELU(), *conv_bn(cout, cout))
 
     w = width
     return nn.Sequential(
@@ -50,18 +101,23 @@ def make_model(width: int = 16, num_classes: int = 10) -> nn.Module:
     )
 
 
+def make_optimizer(name: str, params, *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    if name == "sgd":  # Nesterov momentum 0.9: the usual CIFAR recipe (wants lr ~10x AdamW's)
+        return torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
+    raise ValueError(f"optimizer {name!r} unknown: use 'adamw' or 'sgd'")
+
+
 def check_input(x: torch.Tensor) -> None:
     if x.dim() != 4 or tuple(x.shape[1:]) != (3, 32, 32):
         raise ValueError(f"the CIFAR model expects images of shape (N, 3, 32, 32), got {tuple(x.shape)}")
 
 
-def augment(x: torch.Tensor, generator: torch.Generator, pad: int = 2) -> torch.Tensor:
-    """Random translation by up to `pad` pixels and horizontal flip, batched on tensors."""
-    n = x.shape[0]
-    flip = (torch.rand(n, generator=generator) < 0.5).to(x.device)
+def augment(x: torch.Tensor, flip: torch.Tensor, shifts: torch.Tensor, pad: int = PAD) -> torch.Tensor:
+    """Flip where `flip`, then translate each image by its `shifts` (in 0..2*pad), on tensors."""
     x = torch.where(flip.view(-1, 1, 1, 1), x.flip(3), x)
     padded = F.pad(x, (pad, pad, pad, pad), mode="reflect")
-    shifts = torch.randint(0, 2 * pad + 1, (n, 2), generator=generator)
     out = torch.empty_like(x)
     for dy in range(2 * pad + 1):  # one slice per offset pair, not one per image
         for dx in range(2 * pad + 1):
@@ -76,17 +132,29 @@ def _to_device(x: torch.Tensor, device: torch.device | str) -> torch.Tensor:
     return x.to(device, non_blocking=True).contiguous(memory_format=torch.channels_last)
 
 
+def _all_sum(values: list[float], world_size: int, device: torch.device) -> list[float]:
+    if world_size == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.tolist()
+
+
 @torch.no_grad()
-def evaluate(model: nn.Module, split: Split, device: torch.device | str) -> dict[str, float]:
-    """Mean cross-entropy and accuracy over the whole split, as Python floats."""
+def evaluate(model: nn.Module, split: Split, device: torch.device | str, rank: int = 0,
+             world_size: int = 1) -> dict[str, float]:
+    """Mean cross-entropy and accuracy over the whole split, as Python floats. Under DDP each rank
+    takes every world_size-th image and the sums are added up: the full split, each image once."""
     model.eval()
     total_loss, correct = 0.0, 0
-    for i in range(0, len(split), EVAL_BATCH):
-        x = _to_device(split.x[i:i + EVAL_BATCH], device)
-        y = split.y[i:i + EVAL_BATCH].to(device, non_blocking=True)
+    idx = torch.arange(rank, len(split), world_size, device=split.x.device)
+    for i in range(0, len(idx), EVAL_BATCH):
+        x = _to_device(split.x[idx[i:i + EVAL_BATCH]], device)
+        y = split.y[idx[i:i + EVAL_BATCH]].to(device, non_blocking=True)
         logits = model(x)
         total_loss += F.cross_entropy(logits, y, reduction="sum").item()
         correct += (logits.argmax(1) == y).sum().item()
+    total_loss, correct = _all_sum([total_loss, correct], world_size, torch.device(device))
     return {"loss": total_loss / len(split), "accuracy": correct / len(split)}
 
 
@@ -107,52 +175,71 @@ EpochCallback = Callable[[dict, dict], None]
 
 
 def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: Split,
-                weight_decay: float = 5e-4, width: int = 16, seed: int = 0,
+                weight_decay: float = 5e-4, width: int = 16, seed: int = 0, optimizer: str = "adamw",
                 device: str | torch.device = "cpu", state: dict | None = None,
-                on_epoch: EpochCallback | None = None) -> dict[str, float]:
+                on_epoch: EpochCallback | None = None, rank: int = 0, world_size: int = 1) -> dict[str, float]:
     """Train for `epochs` epochs in all (a restored `state` counts its own), evaluating on `val`
-    after each. `on_epoch(metrics, state)` receives Python floats and the checkpointable state.
-    Returns the last epoch's metrics."""
+    after each. `on_epoch(metrics, state)` receives Python floats and the checkpointable state;
+    under DDP it is called on rank 0 only. Returns the last epoch's metrics."""
     device = torch.device(device)
+    if batch_size % world_size:
+        raise ValueError(f"batch_size {batch_size} does not split evenly over {world_size} ranks")
+    local_batch = batch_size // world_size
     torch.manual_seed(seed)
     model = make_model(width).to(device, memory_format=torch.channels_last)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = make_optimizer(optimizer, model.parameters(), lr=lr, weight_decay=weight_decay)
     start = 0
-    if state is not None:
+    if state is not None:  # a checkpoint from any world size: the state is the unwrapped model's
         model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
+        # A copy: load_state_dict keeps the given tensors where it can, and under DDP those sit in
+        # shared memory, so every rank would step the same momentum buffers.
+        opt.load_state_dict(copy.deepcopy(state["optimizer"]))
         start = int(state["epoch"])
         log.info("resuming at epoch %d of %d", start + 1, epochs)
+    net = model
+    if world_size > 1:
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True)
     check_input(train.x[:1])
     if device.type == "cuda":  # keep the whole split on the GPU, as airbench does: no per-batch copies
         train, val = Split(train.x.to(device), train.y.to(device)), Split(val.x.to(device), val.y.to(device))
+    # The shuffle is the same permutation at every world size (seeded by seed + epoch); each rank
+    # takes every world_size-th index, so the ranks' slices of global batch i together are
+    # exactly the images a single process would put in batch i.
+    sampler = DistributedSampler(range(len(train)), num_replicas=world_size, rank=rank, shuffle=True,
+                                 seed=seed, drop_last=True)
     metrics: dict[str, float] = {}
     for epoch in range(start, epochs):
-        # Shuffle order and augmentation derive from (seed, epoch) alone, so a run resumed from a
-        # checkpoint sees the same batches an uninterrupted one would.
+        sampler.set_epoch(epoch)
+        mine = torch.tensor(list(sampler), dtype=torch.long)
+        # Augmentation is drawn per image, from (seed, epoch) alone: the same at any world size,
+        # and a run resumed from a checkpoint sees the batches an uninterrupted one would.
         gen = torch.Generator().manual_seed(seed * 100_003 + epoch)
+        flips = torch.rand(len(train), generator=gen) < 0.5
+        shifts = torch.randint(0, 2 * PAD + 1, (len(train), 2), generator=gen)
         t0 = time.perf_counter()
-        model.train()
-        order = torch.randperm(len(train), generator=gen).to(train.x.device)
+        net.train()
         loss_sum, seen = 0.0, 0
-        for i in range(0, len(order) - batch_size + 1, batch_size):  # drop the ragged last batch
-            idx = order[i:i + batch_size]
-            x = _to_device(augment(train.x[idx], gen), device)
-            y = train.y[idx].to(device, non_blocking=True)
-            loss = F.cross_entropy(model(x), y)
+        for i in range(0, len(mine) - local_batch + 1, local_batch):  # drop the ragged last batch
+            idx = mine[i:i + local_batch]
+            didx = idx.to(train.x.device)
+            x = _to_device(augment(train.x[didx], flips[idx].to(train.x.device), shifts[idx]), device)
+            y = train.y[didx].to(device, non_blocking=True)
+            loss = F.cross_entropy(net(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             loss_sum += loss.item() * len(idx)  # .item(): never keep the graph alive for logging
             seen += len(idx)
+        loss_sum, seen = _all_sum([loss_sum, seen], world_size, device)
         t1 = time.perf_counter()
-        metrics = evaluate(model, val, device)
+        metrics = evaluate(model, val, device, rank, world_size)
         t2 = time.perf_counter()
-        metrics.update(epoch=epoch + 1, train_loss=loss_sum / max(seen, 1),
+        metrics.update(epoch=epoch + 1, train_loss=loss_sum / max(seen, 1), world_size=world_size,
                        train_time_s=t1 - t0, eval_time_s=t2 - t1,
                        images_per_s=seen / (t1 - t0) if t1 > t0 else math.nan)
         log.debug("epoch %d: %s", epoch + 1, metrics)
-        if on_epoch is not None:
+        if on_epoch is not None and rank == 0:
             on_epoch(metrics, {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1})
     return metrics
 
