@@ -14,3 +14,7 @@ PARAMS = {
 
 # Not searched: standard AdamW decoupled weight decay, and a width that trains on 2 CPUs.
 FIXED = {"weight_decay": 5e-4, "width": 16}
+
+# What a trial whose loss turns NaN reports instead: far above chance-level cross-entropy
+# (ln 10 = 2.3), so it ranks below any trial that trained, yet stays finite for ASHA and BOHB.
+DIVERGED = 10.0

@@ -1,11 +1,12 @@
 """CIFAR-10, random search with ASHA stopping: the seed's Ray Tune set-up."""
 
-from search_spaces._cifar import FIXED, PARAMS
+from search_spaces._cifar import DIVERGED, FIXED, PARAMS
 from tuning.spaces import Space
 
 SPACE = Space(
     params=PARAMS,
     fixed=FIXED,
+    diverged_value=DIVERGED,
     metric="loss",  # validation cross-entropy: smoother than accuracy, so rungs compare fairly
     mode="min",
     strategy="asha",  # Tune's random variant generator + ASHAScheduler

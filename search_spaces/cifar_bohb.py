@@ -1,11 +1,12 @@
 """CIFAR-10 with BOHB: TuneBOHB's model-based proposals, HyperBandForBOHB's successive halving."""
 
-from search_spaces._cifar import FIXED, PARAMS
+from search_spaces._cifar import DIVERGED, FIXED, PARAMS
 from tuning.spaces import Space
 
 SPACE = Space(
     params=PARAMS,
     fixed=FIXED,
+    diverged_value=DIVERGED,
     metric="loss",
     mode="min",
     strategy="bohb",  # TuneBOHB + HyperBandForBOHB

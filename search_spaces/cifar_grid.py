@@ -1,11 +1,12 @@
 """CIFAR-10, grid search over the declared grid points: 4 learning rates x 4 batch sizes."""
 
-from search_spaces._cifar import FIXED, PARAMS
+from search_spaces._cifar import DIVERGED, FIXED, PARAMS
 from tuning.spaces import Space
 
 SPACE = Space(
     params=PARAMS,
     fixed=FIXED,
+    diverged_value=DIVERGED,
     metric="loss",
     mode="min",
     strategy="grid",  # tune.grid_search over each parameter's grid, FIFO scheduler

@@ -1,11 +1,12 @@
 """CIFAR-10, plain random search: every trial trains for the full budget (FIFO scheduler)."""
 
-from search_spaces._cifar import FIXED, PARAMS
+from search_spaces._cifar import DIVERGED, FIXED, PARAMS
 from tuning.spaces import Space
 
 SPACE = Space(
     params=PARAMS,
     fixed=FIXED,
+    diverged_value=DIVERGED,
     metric="loss",
     mode="min",
     strategy="random",  # Tune's random variant generator, no early stopping

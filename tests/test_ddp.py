@@ -151,6 +151,7 @@ def _rank_processes(root: psutil.Process) -> set[int]:
     return found
 
 
+@pytest.mark.timeout(900)
 def test_smoke_run_with_two_ranks_per_trial_leaves_nothing_behind(tmp_path):
     import subprocess
     import sys

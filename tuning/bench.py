@@ -14,7 +14,6 @@ import argparse
 import csv
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -27,17 +26,6 @@ import torch.nn.functional as F
 from tuning import data, distributed, results, trainer
 
 SECTIONS = ("ddp",)
-
-
-def machine() -> dict:
-    cpu = platform.processor()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    return {"cpu": cpu, "cpus": os.cpu_count(), "gpus": gpus, "date": time.strftime("%Y-%m-%d"),
-            **results.versions()}
 
 
 # ---------------------------------------------------------------- ddp
@@ -160,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (out / "machine.json").write_text(json.dumps(machine(), indent=2) + "\n")
+    (out / "machine.json").write_text(json.dumps(results.machine(), indent=2) + "\n")
     width = max(len(r["metric"]) for r in rows)
     for r in rows:
         print(f"{r['section']:<6} {r['metric']:<{width}} {r['value']:>10g} {r['unit']:<8} {r['detail']}")

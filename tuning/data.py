@@ -64,12 +64,25 @@ class Split:
         return len(self.y)
 
 
+def cifar10_problems(data_dir: str | os.PathLike) -> list[str]:
+    """What is wrong with the CIFAR-10 files under data_dir, file by file (empty: all good)."""
+    from torchvision.datasets.utils import check_integrity
+
+    CIFAR10 = _cifar10()
+    folder = Path(data_dir) / CIFAR10.base_folder
+    files = CIFAR10.train_list + CIFAR10.test_list + [[CIFAR10.meta["filename"], CIFAR10.meta["md5"]]]
+    problems = []
+    for name, md5 in files:
+        path = folder / name
+        if not path.exists():
+            problems.append(f"{path} is missing")
+        elif not check_integrity(str(path), md5):
+            problems.append(f"{path} fails its md5 check (corrupt or partial download)")
+    return problems
+
+
 def has_cifar10(data_dir: str | os.PathLike) -> bool:
-    try:
-        _cifar10()(str(data_dir), train=False, download=False)
-    except RuntimeError:
-        return False
-    return True
+    return not cifar10_problems(data_dir)
 
 
 def _reachable(url: str, timeout: float) -> bool:
@@ -100,6 +113,10 @@ def prepare(kind: str, data_dir: str | os.PathLike, *, seed: int = 0, synthetic_
     """Resolve --data {auto,cifar10,synthetic} to a DataSource whose files exist."""
     data_dir = Path(data_dir).absolute()
     if kind in ("auto", "cifar10"):
+        problems = cifar10_problems(data_dir)
+        if (data_dir / _cifar10().base_folder).exists() and problems:  # there, but damaged: never fall back quietly
+            raise DataError(f"{problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}: "
+                            "delete it and copy or download CIFAR-10 again (see README)")
         if fetch_cifar10(data_dir):
             return DataSource("cifar10", str(data_dir))
         if kind == "cifar10":
@@ -109,7 +126,11 @@ def prepare(kind: str, data_dir: str | os.PathLike, *, seed: int = 0, synthetic_
     elif kind != "synthetic":
         raise DataError(f"unknown data kind {kind!r}: use auto, cifar10 or synthetic")
     root = data_dir / "synthetic" / f"seed{seed}-train{synthetic_train}-test{synthetic_test}"
-    ensure_synthetic(root, seed=seed, n_train=synthetic_train, n_test=synthetic_test)
+    try:
+        ensure_synthetic(root, seed=seed, n_train=synthetic_train, n_test=synthetic_test)
+    except OSError as exc:
+        raise DataError(f"cannot write synthetic data under {data_dir} ({exc.strerror or exc}): "
+                        "choose a writable --data-dir") from None
     return DataSource("synthetic", str(root))
 
 

@@ -10,22 +10,31 @@ import math
 import os
 import platform
 import subprocess
+import time
 from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
 
 # Per-epoch columns kept from Tune's result rows, in this order.
-EPOCH_COLUMNS = ["training_iteration", "epoch", "loss", "accuracy", "train_loss", "restored_from",
+EPOCH_COLUMNS = ["training_iteration", "epoch", "loss", "accuracy", "train_loss", "diverged", "restored_from",
                  "world_size", "train_time_s", "eval_time_s", "images_per_s", "time_this_iter_s",
                  "time_total_s", "timestamp", "node_ip", "pid", "rank_pids"]
+
+
+def _curve(rows: list[dict]) -> list[dict]:
+    """One row per training_iteration, the last one reported. A trial resumed after a crash can
+    have reported an iteration again (its result logged, its checkpoint not yet recorded); the
+    repeat is the run that went on, and recomputed_epochs still counts it."""
+    last = {r.get("training_iteration"): r for r in rows}
+    return [last[k] for k in sorted(last, key=lambda k: (k is None, k))]
 
 
 def epochs_table(records: list[dict], params: list[str]) -> pd.DataFrame:
     """Every reported row: the learning curves, one row per trial and epoch."""
     rows = []
     for rec in records:
-        for r in rec["rows"]:
+        for r in _curve(rec["rows"]):
             row = {"trial_id": rec["trial_id"], **{p: rec["config"].get(p) for p in params}}
             row.update({c: r.get(c) for c in EPOCH_COLUMNS})
             rows.append(row)
@@ -37,7 +46,7 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
     """One row per trial: its hyperparameters, final and best metrics, epochs, status, time."""
     rows = []
     for rec in records:
-        curve = [r for r in rec["rows"] if r.get(metric) is not None]
+        curve = [r for r in _curve(rec["rows"]) if r.get(metric) is not None]
         last = curve[-1] if curve else {}
         losses = [r["loss"] for r in curve if _finite(r.get("loss"))]
         accs = [r["accuracy"] for r in curve if _finite(r.get("accuracy"))]
@@ -60,8 +69,11 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
             # Epochs after which the trial was paused and later resumed from its checkpoint
             # (Hyperband rungs under BOHB), e.g. "1;3".
             "resumed_at": ";".join(map(str, resumed)),
+            # Its metric turned NaN/inf: it stopped and reported the space's worst-case value.
+            "diverged": any(bool(r.get("diverged")) for r in rec["rows"]),
             "recomputed_epochs": _recomputed(rec["rows"]),
             "wall_time_s": last.get("time_total_s"),
+            "failures": rec.get("failures", 0),  # retries after the training raised
             "error": rec.get("error"),
         })
     df = pd.DataFrame(rows)
@@ -131,6 +143,23 @@ def versions() -> dict:
         except metadata.PackageNotFoundError:
             out[dist] = None
     return out
+
+
+def machine() -> dict:
+    """What a measurement ran on: CPU model and count, GPUs, date, software versions."""
+    cpu = platform.processor()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    try:
+        import torch
+
+        gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except ImportError:
+        gpus = []
+    return {"cpu": cpu, "cpus": os.cpu_count(), "gpus": gpus, "date": time.strftime("%Y-%m-%d"), **versions()}
 
 
 def git_commit() -> str | None:

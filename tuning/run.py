@@ -7,6 +7,7 @@ tables (tuning.results). Bad input exits with code 2 and one line saying what to
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -36,8 +37,11 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="python -m tuning.run", description=__doc__.split("\n\n")[0],
                 epilog="Flags override what the space file declares.")
-    p.add_argument("--space", required=True,
-                   help="search space: a module under search_spaces/ (e.g. cifar_asha)")
+    p.add_argument("--space", help="search space: a module under search_spaces/ (e.g. cifar_asha); required "
+                                   "unless --resume")
+    p.add_argument("--resume", metavar="DIR",
+                   help="continue the unfinished experiment in this results dir (after a crash or Ctrl-C), "
+                        "with the settings it was started with")
     p.add_argument("--strategy", choices=spaces.STRATEGIES,
                    help="search strategy, overriding the space's: grid (grid search, FIFO), random "
                         "(random search, FIFO), asha (random search + ASHA), bohb (TuneBOHB + HyperBandForBOHB)")
@@ -56,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "cifar10: require the real set; synthetic: always generate")
     p.add_argument("--data-dir", default="./data", help="where CIFAR-10 lives or is generated (default ./data)")
     p.add_argument("--results-dir", help="where results go (default results/<space>-<start time>)")
+    p.add_argument("--max-failures", type=int, default=2,
+                   help="retry a trial whose training raises up to this many times, from its last "
+                        "checkpoint, before marking it failed (default 2)")
     p.add_argument("--worker-logs", action="store_true",
                    help="forward trial processes' output (Ray's INFO lines included) to this terminal")
     p.add_argument("--smoke", action="store_true",
@@ -69,13 +76,29 @@ def _check_positive(name: str, value, minimum=1) -> None:
         raise UsageError(f"{name} must be at least {minimum}, got {value}")
 
 
+def _lock(path: Path):
+    """Hold the results dir for this process: a second run on it refuses instead of mixing files.
+    The OS drops the lock when the process dies, even by SIGKILL, so --resume can take it."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path / ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise UsageError(f"results dir {path} is in use by another tuning.run: wait for it to finish "
+                         "or choose another --results-dir") from None
+    return lock
+
+
 def _prepare_results_dir(path: Path) -> bool:
     """Make sure results can be written there without touching anything already present.
     Returns whether the folder was created now (so a later refusal can remove it)."""
     created = not path.exists()
+    if path.is_dir() and (path / ".lock").exists():
+        _lock(path).release()  # refuses if another run holds it
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
-        raise UsageError(f"results dir {path} already exists and is not empty: "
-                         "choose a new --results-dir so no earlier result is overwritten")
+        raise UsageError(f"results dir {path} already exists and is not empty: choose a new --results-dir "
+                         "so no earlier result is overwritten (or --resume it if it is unfinished)")
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".write-test"
@@ -136,82 +159,140 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, spaces.SpaceError, data.DataError) as exc:
         print(f"tuning.run: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # a second Ctrl-C, while the first one's state was being saved
+        print("tuning.run: interrupted twice; resume with --resume DIR (the last saved state is used)",
+              file=sys.stderr)
+        return 130
 
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.resume:
+        return _resume(args)
+    if not args.space:
+        raise UsageError("--space is required: name a space (e.g. --space cifar_asha) or --resume DIR")
     space = spaces.load(args.space)
     strategy = args.strategy or space.strategy
     smoke = (SMOKE_BOHB if strategy == "bohb" else SMOKE) if args.smoke else {}
-    for flag in ("num_samples", "max_epochs"):
+    for flag in ("num_samples", "max_epochs", "workers_per_trial"):
         _check_positive("--" + flag.replace("_", "-"), getattr(args, flag))
     _check_positive("--seed", args.seed, minimum=0)
-    _check_positive("--workers-per-trial", args.workers_per_trial)
+    _check_positive("--max-failures", args.max_failures, minimum=0)
     if strategy == "grid":  # tune.run's num_samples repeats the grid
         num_samples = args.num_samples or smoke.get("grid_repeats") or space.grid_repeats
+        spaces.check_grid(space, num_samples)
     else:
         num_samples = args.num_samples or smoke.get("num_samples") or space.num_samples
-    max_epochs = args.max_epochs or smoke.get("max_epochs") or space.max_epochs
     seed = space.seed if args.seed is None else args.seed
-    kind = args.data or ("synthetic" if args.smoke else "auto")
+    plan = {
+        "space": space.name, "strategy": strategy, "seed": seed, "argv": argv, "num_samples": num_samples,
+        "max_epochs": args.max_epochs or smoke.get("max_epochs") or space.max_epochs,
+        "max_failures": args.max_failures, "smoke": smoke,
+        "data_args": {"kind": args.data or ("synthetic" if args.smoke else "auto"),
+                      "data_dir": str(Path(args.data_dir).absolute()), "seed": seed,
+                      "synthetic_train": smoke.get("synthetic_train", 50_000),
+                      "synthetic_test": smoke.get("synthetic_test", 10_000)},
+    }
     results_dir = Path(args.results_dir or f"results/{space.name}-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
-
     created = _prepare_results_dir(results_dir)
+    lock = _lock(results_dir)
     try:
-        source = data.prepare(kind, args.data_dir, seed=seed,
-                              synthetic_train=smoke.get("synthetic_train", 50_000),
-                              synthetic_test=smoke.get("synthetic_test", 10_000))
-        from tuning import backend  # importing Ray costs seconds: only once the flags are good
-
-        cpus, gpus, workers = _resources(space, args, backend.start_ray(worker_logs=args.worker_logs))
+        source, backend = _data_and_ray(space, plan, args.worker_logs)
+        cpus, gpus, workers = _resources(space, args, backend.start_ray())
     except BaseException:
-        if created and results_dir.exists() and not any(results_dir.iterdir()):
+        lock.release()
+        if created and results_dir.exists() and not any(p.name != ".lock" for p in results_dir.iterdir()):
+            (results_dir / ".lock").unlink(missing_ok=True)
             results_dir.rmdir()
         raise
-
-    log.warning(_data_banner(source))
+    plan["resources_per_trial"] = {"cpu": cpus, "gpu": gpus}
+    plan["workers_per_trial"] = workers
     if strategy == "grid":
         points = " x ".join(f"{len(p.grid_values())} {k}" for k, p in space.params.items())
         total = spaces.grid_size(space) * num_samples
         print(f"Grid search: {points} = {spaces.grid_size(space)} points x {num_samples} "
               f"repeat{'s' * (num_samples > 1)} = {total} trials", flush=True)
+    return _execute(space, plan, source, results_dir, backend, resume=False)
+
+
+def _data_and_ray(space: spaces.Space, plan: dict, worker_logs: bool):
+    source = None  # synthetic benchmarks need no data
+    if space.trainer == "cifar":
+        source = data.prepare(**plan["data_args"])
+    from tuning import backend  # importing Ray costs seconds: only once the flags are good
+
+    backend.start_ray(worker_logs=worker_logs)
+    return source, backend
+
+
+def _resume(args) -> int:
+    results_dir = Path(args.resume).absolute()
+    if not results_dir.is_dir():
+        raise UsageError(f"--resume {results_dir}: no such folder; give the results dir of the run to continue")
+    try:
+        plan = json.loads((results_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        raise UsageError(f"--resume {results_dir}: not a tuning.run results dir (no readable run.json); "
+                         "give the folder a run was started in") from None
+    if plan.get("status") == "finished":
+        raise UsageError(f"--resume {results_dir}: that experiment finished already; its results are there "
+                         "(start a new run to tune again)")
+    _lock(results_dir)
+    space = spaces.load(plan["space"])
+    source, backend = _data_and_ray(space, plan, args.worker_logs)
+    print(f"Resuming {plan['space']} ({plan['strategy']}) in {results_dir}", flush=True)
+    return _execute(space, plan, source, results_dir, backend, resume=True)
+
+
+def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend, *, resume: bool) -> int:
+    if source is not None:
+        log.warning(_data_banner(source))
     started = time.time()
-    run_info = {
-        "space": space.name, "strategy": strategy, "seed": seed, "argv": argv,
-        "num_samples": num_samples, "max_epochs": max_epochs,
-        "resources_per_trial": {"cpu": cpus, "gpu": gpus}, "workers_per_trial": workers,
-        "data": {"kind": source.kind, "root": source.root, "smoke_subset": bool(args.smoke)},
-        "fixed": dict(space.fixed), "versions": results.versions(), "git_commit": results.git_commit(),
-        "started": time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)), "status": "running",
-    }
-    results.write_json(results_dir / "run.json", run_info)
-    spec = backend.RunSpec(space=space, strategy=strategy, num_samples=num_samples,
-                           max_epochs=max_epochs, seed=seed, cpus_per_trial=cpus, gpus_per_trial=gpus,
-                           source=source, results_dir=results_dir, workers_per_trial=workers,
-                           max_train=smoke.get("max_train"), max_val=smoke.get("max_val"))
-    records = backend.run(spec)
+    smoke = plan["smoke"]
+    if not resume:
+        plan.update(data={"kind": source.kind, "root": source.root} if source else
+                    {"kind": f"benchmark:{space.trainer}"}, fixed=dict(space.fixed),
+                    versions=results.versions(), git_commit=results.git_commit(),
+                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)))
+    plan.update(status="running", resumes=plan.get("resumes", -1) + 1)
+    results.write_json(results_dir / "run.json", plan)
+    spec = backend.RunSpec(
+        space=space, strategy=plan["strategy"], num_samples=plan["num_samples"], max_epochs=plan["max_epochs"],
+        seed=plan["seed"], cpus_per_trial=plan["resources_per_trial"]["cpu"],
+        gpus_per_trial=plan["resources_per_trial"]["gpu"], source=source, results_dir=results_dir,
+        workers_per_trial=plan["workers_per_trial"], max_train=smoke.get("max_train"),
+        max_val=smoke.get("max_val"), max_failures=plan["max_failures"], resume=resume)
+    records, interrupted = backend.run(spec)
     backend.stop_ray()
 
     params = list(space.params)
-    trials = results.trials_table(records, params, strategy=strategy, max_epochs=max_epochs,
+    trials = results.trials_table(records, params, strategy=plan["strategy"], max_epochs=plan["max_epochs"],
                                   metric=space.metric, mode=space.mode)
-    epochs = results.epochs_table(records, params)
-    results.write_tables(results_dir, trials, epochs)
+    results.write_tables(results_dir, trials, results.epochs_table(records, params))
+    unfinished = [r for r in records if r["status"] not in ("TERMINATED", "ERROR")] or interrupted
     best = results.best_trial(trials, space.metric, space.mode)
-    if best is not None:
+    if best is not None and source is not None and not unfinished:
         best.update(_test_best(best, records, space, source, smoke.get("max_test")))
+    if best is not None:
         results.write_json(results_dir / "best_config.json", {
             "trial_id": best["trial_id"], "config": {p: best[p] for p in params}, "fixed": dict(space.fixed),
             **{k: best.get(k) for k in ("loss", "accuracy", "epochs", "test_loss", "test_accuracy")}})
-    run_info.update(status="finished", wall_time_s=round(time.time() - started, 1), trials=len(trials),
-                    stopped_early=int(trials["stopped_early"].sum()) if len(trials) else 0,
-                    failed=int((trials["status"] == "ERROR").sum()) if len(trials) else 0,
-                    resumed_trials=int((trials["resumed_at"] != "").sum()) if len(trials) else 0,
-                    recomputed_epochs=int(trials["recomputed_epochs"].sum()) if len(trials) else 0,
-                    best=best)
-    results.write_json(results_dir / "run.json", run_info)
-    _print_summary(best, run_info, source, results_dir, params)
-    return 0 if best is not None else 1
+    plan.update(status="interrupted" if unfinished else "finished",
+                wall_time_s=round(plan.get("wall_time_s", 0) + time.time() - started, 1), trials=len(trials),
+                stopped_early=_count(trials, "stopped_early"), failed=_count(trials, "status", "ERROR"),
+                diverged=_count(trials, "diverged"), resumed_trials=len(trials) - _count(trials, "resumed_at", ""),
+                recomputed_epochs=int(trials["recomputed_epochs"].sum()) if len(trials) else 0, best=best)
+    results.write_json(results_dir / "run.json", plan)
+    _print_summary(best, plan, source, results_dir, params)
+    if unfinished:
+        print("\nInterrupted; the experiment's state is saved. Continue with:\n"
+              f"  python -m tuning.run --resume {results_dir}")
+        return 130
+    return 0 if _count(trials, "status", "TERMINATED") else 1  # non-zero only when no trial succeeded
+
+
+def _count(trials, column: str, value=True) -> int:
+    return int((trials[column] == value).sum()) if column in trials else 0
 
 
 def _test_best(best: dict, records: list[dict], space: spaces.Space, source: data.DataSource,
@@ -228,6 +309,10 @@ def _test_best(best: dict, records: list[dict], space: spaces.Space, source: dat
     return {"test_loss": m["loss"], "test_accuracy": m["accuracy"], "test_images": len(test)}
 
 
+def _metric_name(info: dict) -> str:
+    return "loss" if info["data"]["kind"] in ("cifar10", "synthetic") else "objective"
+
+
 def _print_summary(best, info: dict, source, results_dir: Path, params: list[str]) -> None:
     print(f"\n{info['trials']} trials: {info['stopped_early']} stopped early by the scheduler, "
           f"{info['failed']} failed, {info['resumed_trials']} paused and resumed from a checkpoint, "
@@ -237,11 +322,13 @@ def _print_summary(best, info: dict, source, results_dir: Path, params: list[str
     else:
         cfg = ", ".join(f"{p}={best[p]:.4g}" if isinstance(best[p], float) else f"{p}={best[p]}" for p in params)
         print(f"Best trial {best['trial_id']}: {cfg}")
-        print(f"  validation loss {best['loss']:.4f}, accuracy {best['accuracy']:.4f} after {best['epochs']} epochs")
+        acc = f", accuracy {best['accuracy']:.4f}" if best.get("accuracy") is not None else ""
+        print(f"  validation {_metric_name(info)} {best['loss']:.4f}{acc} after {best['epochs']} epochs")
         if best.get("test_accuracy") is not None:
             print(f"  test loss {best['test_loss']:.4f}, accuracy {best['test_accuracy']:.4f} "
                   f"on {best['test_images']} test images")
-    print(_data_banner(source))
+    if source is not None:
+        print(_data_banner(source))
     print(f"Results: {results_dir}  (trials.csv, epochs.csv, best_config.json, run.json)")
 
 

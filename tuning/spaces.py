@@ -8,11 +8,14 @@ the strategies being compared cannot drift apart. Spaces themselves are modules 
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import importlib
+import importlib.util
 import math
 import pkgutil
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Union
 
 import numpy as np
@@ -119,6 +122,10 @@ class Space:
     gpus_per_trial: float | str = "auto"  # "auto": one GPU per trial where the cluster has GPUs
     workers_per_trial: int = 1  # CPU trials: DDP ranks (gloo) per trial; GPU trials use one per GPU
     fixed: dict[str, Any] = field(default_factory=dict)  # passed to the trainer, never searched
+    # "cifar", a synthetic benchmark from tuning.benchmarks, or "module:function" of your own
+    # with train_cifar's contract (keyword hyperparameters, epochs, state, on_epoch), minus data.
+    trainer: str = "cifar"
+    diverged_value: float = 1e6  # what a trial whose metric turns NaN/inf reports instead: worse than any real result
     seed: int = 0
     name: str = ""
 
@@ -139,12 +146,74 @@ class Space:
             if not isinstance(p, (LogUniform, Uniform, IntUniform, Choice)):
                 raise SpaceError(f"parameter {key!r} is a {type(p).__name__}: declare it with "
                                  "LogUniform, Uniform, IntUniform or Choice from tuning.spaces")
+        reported = trainer_metrics(self.trainer)
+        if reported is not None and self.metric not in reported:
+            raise SpaceError(f"metric {self.metric!r} is never reported by the {self.trainer} trainer: "
+                             f"use one of {', '.join(sorted(reported))}")
         clash = set(self.params) & set(self.fixed)
         if clash:
             raise SpaceError(f"{sorted(clash)} are both searched and fixed: keep each in one place")
 
     def replace(self, **changes) -> "Space":
         return dataclasses.replace(self, **changes)
+
+
+CIFAR_METRICS = {"loss", "accuracy", "train_loss"}
+
+
+def trainer_metrics(trainer: str) -> set[str] | None:
+    """The metrics a trainer reports (None: a user's trainer, which only its runs can tell)."""
+    if trainer == "cifar":
+        return CIFAR_METRICS
+    if ":" in trainer:
+        module, _, function = trainer.partition(":")
+        try:
+            getattr(importlib.import_module(module), function)
+        except (ImportError, AttributeError) as exc:
+            raise SpaceError(f"trainer {trainer!r} cannot be imported ({exc}): give it as "
+                             "'module:function' importable from where you run") from None
+        return None
+    from tuning.benchmarks import BENCHMARKS
+
+    if trainer not in BENCHMARKS:
+        raise SpaceError(f"trainer {trainer!r} unknown: use 'cifar', one of {', '.join(BENCHMARKS)}, "
+                         "or 'module:function'")
+    return {"loss"}
+
+
+MAX_GRID_TRIALS = 100_000  # beyond this, Tune's grid expansion alone takes minutes and GBs
+
+
+def check_grid(space: Space, repeats: int) -> int:
+    total = grid_size(space) * repeats
+    if total > MAX_GRID_TRIALS:
+        sizes = " x ".join(str(len(p.grid_values())) for p in space.params.values())
+        raise SpaceError(f"grid of {sizes} points x {repeats} repeats = {total:,} trials is too large to run "
+                         f"(limit {MAX_GRID_TRIALS:,}): declare fewer grid points (grid=...) or use random search")
+    return total
+
+
+def _duplicate_keys(folder: Path, name: str, filename: str) -> None:
+    """A dict literal keeps the last of two equal keys without a word; in a space that silently
+    drops a parameter's declaration, so refuse it. Checks the space file and the shared
+    search_spaces modules it imports."""
+    try:
+        tree = ast.parse((folder / f"{name}.py").read_text(), filename)
+    except SyntaxError as exc:
+        raise SpaceError(f"{filename} line {exc.lineno}: syntax error: {exc.msg}") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("search_spaces."):
+            shared = node.module.split(".", 1)[1]
+            if shared != name and (folder / f"{shared}.py").exists():
+                _duplicate_keys(folder, shared, f"search_spaces/{shared}.py")
+        if isinstance(node, ast.Dict):
+            seen = set()
+            for key in node.keys:
+                if isinstance(key, ast.Constant):
+                    if key.value in seen:
+                        raise SpaceError(f"{filename} line {key.lineno}: parameter {key.value!r} is declared "
+                                         "twice: keep one declaration")
+                    seen.add(key.value)
 
 
 # ---------------------------------------------------------------- compilation
@@ -210,16 +279,33 @@ def available() -> list[str]:
 
 
 def load(name: str) -> Space:
-    names = available()
-    if name not in names:
-        raise SpaceError(f"unknown space {name!r}: available spaces are {', '.join(names)}")
+    """A space by name (a module under search_spaces/) or by path to a .py file of your own."""
+    if name.endswith(".py"):
+        path = Path(name).absolute()
+        if not path.is_file():
+            raise SpaceError(f"no space file at {path}: give a .py file that defines SPACE = Space(...)")
+        folder, stem, label = path.parent, path.stem, str(path)
+    else:
+        names = available()
+        if name not in names:
+            raise SpaceError(f"unknown space {name!r}: available spaces are {', '.join(names)} "
+                             "(or give a path to a .py file)")
+        import search_spaces
+
+        folder, stem, label = Path(search_spaces.__path__[0]), name, f"search_spaces/{name}.py"
+    _duplicate_keys(folder, stem, label)
     try:
-        module = importlib.import_module(f"search_spaces.{name}")
+        if name.endswith(".py"):
+            spec = importlib.util.spec_from_file_location(f"_space_{stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(f"search_spaces.{name}")
     except SpaceError as exc:
-        raise SpaceError(f"search_spaces/{name}.py: {exc}") from None
+        raise SpaceError(f"{label}: {exc}") from None
     except Exception as exc:  # a typo in a space file is bad input too, not a crash
-        raise SpaceError(f"search_spaces/{name}.py does not load: {type(exc).__name__}: {exc}") from None
+        raise SpaceError(f"{label} does not load: {type(exc).__name__}: {exc}") from None
     space = getattr(module, "SPACE", None)
     if not isinstance(space, Space):
-        raise SpaceError(f"search_spaces/{name}.py defines no SPACE = Space(...)")
-    return space.replace(name=name)
+        raise SpaceError(f"{label} defines no SPACE = Space(...)")
+    return space.replace(name=name if not name.endswith(".py") else str(path))

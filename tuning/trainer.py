@@ -229,10 +229,20 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            loss_sum += loss.item() * len(idx)  # .item(): never keep the graph alive for logging
+            step_loss = loss.item()  # .item(): never keep the graph alive for logging
+            loss_sum += step_loss * len(idx)
             seen += len(idx)
+            if world_size == 1 and not math.isfinite(step_loss):
+                break  # diverged: the rest of the epoch would be NaN too (ranks decide together below)
         loss_sum, seen = _all_sum([loss_sum, seen], world_size, device)
         t1 = time.perf_counter()
+        if not math.isfinite(loss_sum):  # the summed loss is NaN/inf on every rank alike
+            metrics = {"loss": math.nan, "accuracy": math.nan, "diverged": True, "epoch": epoch + 1,
+                       "world_size": world_size}
+            log.warning("training diverged in epoch %d (lr=%g): stopping", epoch + 1, lr)
+            if on_epoch is not None and rank == 0:
+                on_epoch(metrics, {})
+            return metrics
         metrics = evaluate(model, val, device, rank, world_size)
         t2 = time.perf_counter()
         metrics.update(epoch=epoch + 1, train_loss=loss_sum / max(seen, 1), world_size=world_size,

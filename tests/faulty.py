@@ -1,0 +1,60 @@
+"""Trainers that misbehave on purpose, for the reliability tests. A space names one as
+trainer="faulty:<function>"; they follow the trainer contract of tuning.trainer.train_cifar
+(keyword hyperparameters, epochs, state, on_epoch) without the data."""
+
+import math
+import os
+import time
+from pathlib import Path
+
+
+def _train(*, lr, epochs, state=None, on_epoch=None, seed=0, loss_at=None, sleep_s=0.0, **_):
+    start = int(state["epoch"]) if state else 0
+    metrics = {}
+    for epoch in range(start, epochs):
+        time.sleep(sleep_s)
+        loss = loss_at(epoch) if loss_at else 1.0 / (1 + epoch) + lr
+        metrics = {"loss": loss, "epoch": epoch + 1}
+        if on_epoch:
+            on_epoch(metrics, {"epoch": epoch + 1})
+    return metrics
+
+
+def steady(*, lr, epochs, sleep_s=0.0, **kw):
+    """Well behaved: loss falls with every epoch."""
+    return _train(lr=lr, epochs=epochs, sleep_s=sleep_s, **kw)
+
+
+def flaky(*, lr, epochs, marker_dir, **kw):
+    """Raises the first time each configuration runs, then trains normally."""
+    marker = Path(marker_dir) / f"attempted-{lr!r}"
+    if not marker.exists():
+        marker.write_text(str(os.getpid()))
+        raise RuntimeError(f"transient failure for lr={lr!r}")
+    return _train(lr=lr, epochs=epochs, **kw)
+
+
+def broken_when_large(*, lr, epochs, **kw):
+    """Always raises for lr above 0.5: one bad corner of the space, the rest fine."""
+    if lr > 0.5:
+        raise ValueError(f"lr={lr:g} breaks this model")
+    return _train(lr=lr, epochs=epochs, **kw)
+
+
+def diverges_when_large(*, lr, epochs, **kw):
+    """Loss becomes NaN at epoch 2 for lr above 0.5, as a too-large learning rate does."""
+    return _train(lr=lr, epochs=epochs, loss_at=lambda e: math.nan if (lr > 0.5 and e >= 1) else 1.0 / (1 + e), **kw)
+
+
+def out_of_memory(*, lr, epochs, **kw):
+    import torch
+
+    raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+
+def misbehave(*, mode, lr=0.1, epochs, marker_dir=".", **kw):
+    """One trainer per way a trial can go wrong, chosen by the searched `mode`, so one run
+    exercises them all."""
+    behaviour = {"steady": steady, "flaky": flaky, "broken": lambda **k: broken_when_large(**{**k, "lr": 0.9}),
+                 "diverges": lambda **k: diverges_when_large(**{**k, "lr": 0.9}), "oom": out_of_memory}[mode]
+    return behaviour(lr=lr, epochs=epochs, marker_dir=marker_dir, **kw)

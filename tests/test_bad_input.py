@@ -1,0 +1,140 @@
+"""Every bad input: one line naming the problem and the fix, exit code 2, no traceback, and
+nothing already on disk changed."""
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tuning.run import main
+
+GOOD = '''
+from tuning.spaces import Choice, LogUniform, Space
+SPACE = Space(params={PARAMS}, metric="{METRIC}", max_epochs=2)
+'''
+SPACES = {
+    "syntax_error": ("SPACE = Space(params={'lr': LogUniform(1e-4, 1e-2)}", "syntax error"),
+    "unknown_distribution": (GOOD.replace("{PARAMS}", "{'lr': Normal(0, 1)}").replace("{METRIC}", "loss"),
+                             "NameError: name 'Normal' is not defined"),
+    "ray_distribution": ("from ray import tune\n" + GOOD.replace("{PARAMS}", "{'lr': tune.qloguniform(1e-4, 1e-2, 1e-4)}")
+                         .replace("{METRIC}", "loss"), "Ray Tune distribution"),
+    "lower_above_upper": (GOOD.replace("{PARAMS}", "{'lr': LogUniform(1e-2, 1e-4)}").replace("{METRIC}", "loss"),
+                          "0 < low < high"),
+    "log_of_zero": (GOOD.replace("{PARAMS}", "{'lr': LogUniform(0, 1e-2)}").replace("{METRIC}", "loss"),
+                    "0 < low < high"),
+    "empty_choice": (GOOD.replace("{PARAMS}", "{'batch_size': Choice([])}").replace("{METRIC}", "loss"),
+                     "at least one value"),
+    "duplicate_parameter": (GOOD.replace("{PARAMS}", "{'lr': LogUniform(1e-4, 1e-2), 'lr': LogUniform(1e-3, 1)}")
+                            .replace("{METRIC}", "loss"), "parameter 'lr' is declared twice"),
+    "metric_never_reported": (GOOD.replace("{PARAMS}", "{'lr': LogUniform(1e-4, 1e-2)}").replace("{METRIC}", "val_acc"),
+                              "metric 'val_acc' is never reported"),
+    "grid_too_large": ("from tuning.spaces import Uniform, Space\n"
+                       "SPACE = Space(params={f'x{i}': Uniform(0, 1, grid=3) for i in range(20)}, strategy='grid')",
+                       "3,486,784,401 trials is too large"),
+}
+
+
+def _tree(root: Path) -> dict:
+    return {str(p.relative_to(root)): hashlib.md5(p.read_bytes()).hexdigest()
+            for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    """A folder with earlier results in it, which no refusal may touch."""
+    (tmp_path / "earlier").mkdir()
+    (tmp_path / "earlier" / "trials.csv").write_text("trial_id,loss\na,1.0\n")
+    return tmp_path
+
+
+def _refused(capsys, argv, needle, root: Path):
+    before = _tree(root)
+    capsys.readouterr()
+    code = main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    assert needle in err, err
+    assert _tree(root) == before  # nothing on disk changed
+    return err
+
+
+@pytest.mark.parametrize("case", SPACES)
+def test_malformed_space(capsys, workdir, case):
+    source, needle = SPACES[case]
+    space = workdir / f"{case}.py"
+    space.write_text(source)
+    _refused(capsys, ["--space", str(space), "--strategy", "grid" if case == "grid_too_large" else "asha",
+                      "--results-dir", str(workdir / "new")], needle, workdir)
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--space", "cifar_asha", "--strategy", "hill-climbing"], "invalid choice: 'hill-climbing'"),
+    (["--space", "cifar_asha", "--num-samples", "0"], "--num-samples must be at least 1"),
+    (["--space", "cifar_asha", "--max-epochs", "-2"], "--max-epochs must be at least 1"),
+    (["--space", "cifar_asha", "--max-failures", "-1"], "--max-failures must be at least 0"),
+    (["--space", "no_such_space"], "available spaces are"),
+    ([], "--space is required"),
+])
+def test_bad_flags(capsys, workdir, argv, needle):
+    _refused(capsys, argv + ["--results-dir", str(workdir / "new")], needle, workdir)
+
+
+def test_resume_of_a_missing_dir(capsys, workdir):
+    _refused(capsys, ["--resume", str(workdir / "gone")], "no such folder", workdir)
+
+
+def test_resume_of_a_dir_that_is_no_experiment(capsys, workdir):
+    _refused(capsys, ["--resume", str(workdir / "earlier")], "not a tuning.run results dir", workdir)
+
+
+def test_resume_of_a_finished_experiment(capsys, workdir):
+    (workdir / "earlier" / "run.json").write_text(json.dumps({"space": "cifar_asha", "status": "finished"}))
+    _refused(capsys, ["--resume", str(workdir / "earlier")], "finished already", workdir)
+
+
+def test_results_dir_with_results_in_it(capsys, workdir):
+    _refused(capsys, ["--space", "cifar_asha", "--results-dir", str(workdir / "earlier")], "not empty", workdir)
+
+
+def test_results_dir_held_by_another_run(capsys, workdir):
+    from filelock import FileLock
+
+    (workdir / "earlier" / "run.json").write_text(json.dumps({"space": "cifar_asha", "status": "running"}))
+    with FileLock(str(workdir / "earlier" / ".lock")):
+        before = _tree(workdir)
+        _refused(capsys, ["--resume", str(workdir / "earlier")], "in use by another tuning.run", workdir)
+    assert _tree(workdir) == before
+
+
+def _cifar_copy(synthetic_source, to: Path) -> Path:
+    """Files in CIFAR-10's layout whose contents are not CIFAR-10's: what a bad download looks like."""
+    shutil.copytree(Path(synthetic_source.root) / "cifar-10-batches-py", to / "cifar-10-batches-py")
+    return to
+
+
+def test_cifar10_files_that_fail_their_md5_are_named(capsys, workdir, synthetic_source):
+    data_dir = _cifar_copy(synthetic_source, workdir / "data")
+    _refused(capsys, ["--space", "cifar_asha", "--data", "cifar10", "--data-dir", str(data_dir),
+                      "--results-dir", str(workdir / "new")], "data_batch_1 fails its md5 check", workdir)
+
+
+def test_partial_cifar10_names_the_missing_file(capsys, workdir, synthetic_source):
+    data_dir = _cifar_copy(synthetic_source, workdir / "data")
+    for f in (data_dir / "cifar-10-batches-py").iterdir():
+        f.unlink()
+    _refused(capsys, ["--space", "cifar_asha", "--data-dir", str(data_dir), "--results-dir", str(workdir / "new")],
+             "data_batch_1 is missing", workdir)
+
+
+def test_cifar10_required_but_absent(capsys, workdir):
+    _refused(capsys, ["--space", "cifar_asha", "--data", "cifar10", "--data-dir", str(workdir / "nodata"),
+                      "--results-dir", str(workdir / "new")], "--data synthetic", workdir)
+
+
+def test_data_dir_that_cannot_hold_synthetic_data(capsys, workdir):
+    blocker = workdir / "earlier" / "trials.csv"  # a file where a folder would have to go
+    _refused(capsys, ["--space", "cifar_asha", "--data", "synthetic", "--data-dir", str(blocker),
+                      "--results-dir", str(workdir / "new")], "choose a writable --data-dir", workdir)

@@ -1,0 +1,123 @@
+"""tuning.compare end to end: counting ones in smoke size through real Ray, then the report."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+
+FILES = ["runs.csv", "runs.parquet", "experiment.json", "provenance.json", "report.md", "report.html",
+         "report-anytime.png"]
+
+
+def _compare(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "tuning.compare", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("compare") / "counting_ones"
+    proc = _compare("experiments/counting_ones", "--smoke", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, out
+
+
+@pytest.mark.timeout(900)
+def test_smoke_comparison_writes_every_file(smoke):
+    proc, out = smoke
+    for name in FILES:
+        assert (out / name).stat().st_size > 0, name
+    assert sorted(p.name for p in (out / "runs").glob("*.csv")) == sorted(
+        f"{s}-s{seed}.csv" for s in ("grid", "random", "asha", "bohb") for seed in (0, 1))
+    # Progress says which run of how many is going.
+    assert "[1/8] grid-s0: running" in proc.stdout and "[8/8] bohb-s1: done" in proc.stdout
+
+
+def test_strategy_runs_get_equal_budgets(smoke):
+    runs = pd.read_csv(smoke[1] / "runs.csv")
+    exp = json.loads((smoke[1] / "experiment.json").read_text())
+    used = runs.groupby("run_id")["consumed_budget"].max()
+    # Each run stops once its trials have trained the budget; results that arrive after that
+    # are not counted, so every run ends exactly at it (grid could end earlier: not here).
+    assert list(used) == pytest.approx([exp["budget"]] * len(used)), used.to_dict()
+    kept = pd.concat(pd.read_csv(f) for f in (smoke[1] / "runs").glob("*.csv"))
+    overshoot = kept.groupby("run_id")["consumed_budget"].max() - exp["budget"]
+    assert (overshoot < 1).all(), overshoot.to_dict()  # never a whole trial's budget more
+    assert runs.groupby("run_id")["strategy"].first().value_counts().to_dict() == {
+        "grid": 2, "random": 2, "asha": 2, "bohb": 2}
+
+
+def test_every_run_is_tagged_and_no_epoch_trained_twice(smoke):
+    runs = pd.read_csv(smoke[1] / "runs.csv")
+    assert set(runs["benchmark"]) == {"counting_ones"}
+    assert set(zip(runs["strategy"], runs["seed"])) == {(s, k) for s in ("grid", "random", "asha", "bohb")
+                                                        for k in (0, 1)}
+    assert not runs.duplicated(["run_id", "trial_id", "epoch"]).any()  # BOHB resumed, not restarted
+    bohb = runs[runs["strategy"] == "bohb"]
+    assert (bohb.groupby(["run_id", "trial_id"])["training_iteration"].max() > 1).any()
+
+
+def test_anytime_incumbents_never_get_worse(smoke):
+    runs = pd.read_csv(smoke[1] / "runs.csv")
+    for _, run in runs.groupby("run_id"):
+        full = run[run["full_fidelity"]]
+        assert full["loss"].cummin().is_monotonic_decreasing
+
+
+def test_report_lists_each_strategy_with_its_seed_count(smoke):
+    md = (smoke[1] / "report.md").read_text()
+    for s in ("grid", "random", "asha", "bohb"):
+        assert f"| {s} | 2 |" in md
+
+
+def test_report_regenerates_from_runs_csv(smoke):
+    out = smoke[1]
+    before = (out / "report.md").read_text()
+    (out / "report.md").unlink()
+    (out / "runs.parquet").unlink()
+    proc = subprocess.run([sys.executable, "-m", "tuning.report", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "report.md").read_text() == before
+
+
+def test_rerun_skips_finished_runs(smoke):
+    out = smoke[1]
+    stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")}
+    started = time.monotonic()
+    proc = _compare("experiments/counting_ones", "--smoke", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("finished in an earlier invocation, kept") == 8
+    assert "running" not in proc.stdout
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")} == stamps
+
+
+@pytest.mark.timeout(600)
+def test_grid_that_runs_out_of_points_stops_early_and_the_report_says_so(tmp_path):
+    (tmp_path / "grid_only.py").write_text(
+        "from tuning.compare import Experiment\n"
+        "EXPERIMENT = Experiment(space='mf_hartmann', budget=70, seeds=(0,), strategies=('grid',))\n")
+    proc = _compare(str(tmp_path / "grid_only"), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert runs["trial_id"].nunique() == 64  # 2 points in each of 6 dimensions
+    assert runs["consumed_budget"].max() == pytest.approx(64)
+    assert "grid exhausted after 64 of 70 full evaluations" in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["experiments/nope"], "available are"),
+    (["experiments/counting_ones", "--seeds", "0"], "--seeds must be at least 1"),
+    (["experiments/counting_ones", "--budget", "-1"], "--budget must be positive"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, needle):
+    proc = _compare(*args, timeout=120)
+    assert proc.returncode == 2
+    assert needle in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1

@@ -1,0 +1,233 @@
+"""Reliability with real processes and real signals: crash and resume, Ctrl-C, failing,
+diverging and out-of-memory trials, truncated checkpoints, atomic tables."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _env():
+    # Ray's workers import the misbehaving trainers from tests/faulty.py.
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+
+
+def _start(*args) -> subprocess.Popen:
+    # Its own session: a SIGKILL of the group takes the driver and the Ray it started down at
+    # once, as a crash of the machine or the job would.
+    return subprocess.Popen([sys.executable, "-m", "tuning.run", *args], cwd=ROOT, env=_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _run(*args, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tuning.run", *args], cwd=ROOT, env=_env(), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _progress(results: Path) -> dict[str, int]:
+    """Epochs each trial has reported so far, from Tune's own per-trial result files."""
+    out = {}
+    for f in (results / "tune").glob("*/result.json"):
+        out[f.parent.name] = sum(1 for line in f.read_text().splitlines() if line.strip())
+    return out
+
+
+def _states(results: Path) -> dict[str, str]:
+    """Each trial's status in Tune's latest experiment snapshot: what a resume starts from."""
+    snapshots = sorted((results / "tune").glob("experiment_state-*.json"))
+    if not snapshots:
+        return {}
+    try:
+        data = json.loads(snapshots[-1].read_text())
+    except ValueError:  # caught mid-write; the next poll reads it whole
+        return {}
+    return {json.loads(t)["trial_id"]: json.loads(t)["status"] for t, _ in data["trial_data"]}
+
+
+def _wait_until(proc, results: Path, timeout=300) -> tuple[dict, dict]:
+    """Until a trial has finished and another is running with epochs behind it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        progress, states = _progress(results), _states(results)
+        mid = [t for t, st in states.items() if st == "RUNNING" and progress.get(t, 0) > 0]
+        if "TERMINATED" in states.values() and mid:
+            return progress, states
+        time.sleep(0.2)
+    raise AssertionError(f"no mid-run state within {timeout} s: {_progress(results)}")
+
+
+def _space(tmp_path: Path, body: str) -> Path:
+    f = tmp_path / "space.py"
+    f.write_text("from tuning.spaces import Choice, LogUniform, Space, Uniform\n" + body)
+    return f
+
+
+def _check_tables(results: Path, trials_expected: int, max_epochs: int):
+    trials = pd.read_csv(results / "trials.csv", keep_default_na=False)
+    epochs = pd.read_csv(results / "epochs.csv")
+    assert len(trials) == trials_expected and trials["trial_id"].is_unique  # every trial once
+    for _, curve in epochs.groupby("trial_id"):  # no duplicated epoch in any curve
+        assert curve["training_iteration"].tolist() == list(range(1, len(curve) + 1))
+        assert curve["epoch"].tolist() == curve["training_iteration"].tolist()
+    assert (trials["status"] == "TERMINATED").all()
+    return trials, epochs
+
+
+STEADY = ("SPACE = Space(params={{'lr': Uniform(0.0, 1.0)}}, trainer='faulty:steady', strategy={strategy!r},"
+          " max_epochs={epochs}, num_samples=6, reduction_factor={rf}, gpus_per_trial=0, fixed={{'sleep_s': 0.4}})\n")
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("strategy", ["asha", "bohb"])
+def test_sigkill_mid_run_then_resume(tmp_path, strategy):
+    # A trainer whose epochs take 0.4 s, through the same trainable, checkpoints and resume path
+    # as the CIFAR trainer: it leaves time to catch trials finished and mid-way.
+    results, max_epochs = tmp_path / "results", 4 if strategy == "asha" else 3
+    space = _space(tmp_path, STEADY.format(strategy=strategy, epochs=max_epochs, rf=2 if strategy == "asha" else 3))
+    proc = _start("--space", str(space), "--results-dir", str(results))
+    _wait_until(proc, results)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    time.sleep(2)
+    progress, states = _progress(results), _states(results)
+    finished = {t for t, st in states.items() if st == "TERMINATED"}
+    midway = {t: n for t, n in progress.items() if states.get(t) in ("RUNNING", "PAUSED") and 0 < n < max_epochs}
+    assert finished and midway
+
+    done = _run("--resume", str(results))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trials, epochs = _check_tables(results, 6, max_epochs)
+    run = json.loads((results / "run.json").read_text())
+    assert run["status"] == "finished" and run["resumes"] == 1
+    after = _progress(results)
+    assert all(after[t] == progress[t] for t in finished)  # no finished trial ran again
+    # The trials caught mid-way continued from their last checkpoint: no finished epoch was
+    # trained twice, and their first epoch after the resume says where it picked up.
+    assert trials["recomputed_epochs"].sum() == 0 and run["recomputed_epochs"] == 0
+    continued = 0
+    for t, n in midway.items():
+        curve = epochs[epochs["trial_id"] == t]
+        if len(curve) > n:  # the scheduler may also have stopped it at the rung it had reached
+            assert curve["restored_from"].iloc[n] == n, curve[["training_iteration", "restored_from"]]
+            continued += 1
+    assert continued
+
+
+@pytest.mark.timeout(600)
+def test_ctrl_c_saves_state_prints_the_resume_command_and_resume_finishes(tmp_path):
+    results = tmp_path / "results"
+    space = _space(tmp_path, STEADY.format(strategy="asha", epochs=4, rf=2))
+    proc = _start("--space", str(space), "--results-dir", str(results))
+    _wait_until(proc, results)
+    os.kill(proc.pid, signal.SIGINT)  # the driver only, as Ctrl-C in its terminal
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, out[-3000:]
+    assert f"python -m tuning.run --resume {results}" in out
+    assert json.loads((results / "run.json").read_text())["status"] == "interrupted"
+    done = _run("--resume", str(results))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _check_tables(results, 6, 4)
+    assert json.loads((results / "run.json").read_text())["status"] == "finished"
+
+
+@pytest.fixture(scope="module")
+def misbehaving(tmp_path_factory):
+    """One grid run over the ways a trial goes wrong, with one retry allowed."""
+    tmp = tmp_path_factory.mktemp("misbehaving")
+    space = _space(tmp, "SPACE = Space(params={'mode': Choice(['steady', 'flaky', 'broken', 'diverges', 'oom'])},"
+                        " trainer='faulty:misbehave', strategy='grid', max_epochs=5, gpus_per_trial=0,"
+                        f" diverged_value=99.0, fixed={{'marker_dir': {str(tmp)!r}}})\n")
+    proc = _run("--space", str(space), "--max-failures", "1", "--results-dir", str(tmp / "r"))
+    trials = pd.read_csv(tmp / "r" / "trials.csv").set_index("mode")
+    return proc, trials, tmp / "r"
+
+
+def test_failing_trials_are_contained_and_the_run_succeeds(misbehaving):
+    proc, trials, results = misbehaving
+    assert proc.returncode == 0, proc.stderr[-3000:]  # non-zero only when no trial succeeded
+    assert trials.loc["steady", "status"] == "TERMINATED" and trials.loc["steady", "failures"] == 0
+    assert "2 failed" in proc.stdout
+    assert json.loads((results / "run.json").read_text())["failed"] == 2
+
+
+def test_a_trial_that_fails_once_is_retried_and_succeeds(misbehaving):
+    trials = misbehaving[1]
+    assert trials.loc["flaky", "status"] == "TERMINATED" and trials.loc["flaky", "epochs"] == 5
+    assert trials.loc["flaky", "failures"] == 1  # failed once, retried, then trained to the end
+
+
+def test_a_trial_that_always_fails_is_marked_failed_with_its_error(misbehaving):
+    trials = misbehaving[1]
+    assert trials.loc["broken", "status"] == "ERROR" and trials.loc["broken", "failures"] == 2
+    assert "ValueError: lr=0.9 breaks this model" in trials.loc["broken", "error"]
+
+
+def test_a_diverging_trial_stops_itself_with_a_finite_worst_case(misbehaving):
+    trials, results = misbehaving[1], misbehaving[2]
+    assert bool(trials.loc["diverges", "diverged"]) and trials.loc["diverges", "loss"] == 99.0
+    assert trials.loc["diverges", "epochs"] == 2 and trials.loc["diverges", "status"] == "TERMINATED"
+    assert not bool(trials.loc["steady", "diverged"]) and trials.loc["steady", "epochs"] == 5
+    assert pd.read_csv(results / "epochs.csv")["loss"].notna().all()  # no NaN reached Tune or the tables
+
+
+def test_cuda_out_of_memory_names_the_config(misbehaving):
+    trials = misbehaving[1]
+    assert trials.loc["oom", "status"] == "ERROR"
+    assert "CUDA out of memory with config {'mode': 'oom'}" in trials.loc["oom", "error"]
+
+
+def test_when_every_trial_fails_the_exit_code_says_so(tmp_path):
+    space = _space(tmp_path, "SPACE = Space(params={'lr': Choice([0.8, 0.9])}, trainer='faulty:broken_when_large',"
+                             " max_epochs=2, strategy='grid', gpus_per_trial=0)\n")
+    proc = _run("--space", str(space), "--max-failures", "0", "--results-dir", str(tmp_path / "r"))
+    assert proc.returncode == 1
+    assert (pd.read_csv(tmp_path / "r" / "trials.csv")["status"] == "ERROR").all()
+
+
+def test_a_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog):
+    import torch
+    from ray.tune import Checkpoint
+
+    from tuning import trainer
+    from tuning.backend.trainables import restore
+
+    for epoch in (1, 2):
+        d = tmp_path / f"checkpoint_{epoch - 1:06d}"
+        d.mkdir()
+        trainer.write_checkpoint({"epoch": epoch, "w": torch.ones(3) * epoch}, d)
+    latest = tmp_path / "checkpoint_000001" / trainer.CHECKPOINT_FILE
+    latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])  # a crash mid-write
+    state = restore(Checkpoint.from_directory(str(tmp_path / "checkpoint_000001")))
+    assert state["epoch"] == 1
+    assert "checkpoint_000001 is unreadable" in caplog.text and "previous checkpoint" in caplog.text
+    (tmp_path / "checkpoint_000000" / trainer.CHECKPOINT_FILE).write_bytes(b"")
+    assert restore(Checkpoint.from_directory(str(tmp_path / "checkpoint_000001"))) is None
+    assert "starts over" in caplog.text
+
+
+def test_tables_are_written_atomically(tmp_path, monkeypatch):
+    from tuning import results
+
+    good = pd.DataFrame({"trial_id": ["a"], "loss": [1.0]})
+    results.write_tables(tmp_path, good, good)
+    before = (tmp_path / "trials.csv").read_text()
+
+    def crash(self, path, **kw):
+        Path(path).write_text("trial_id,lo")  # half a file, then the process dies
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pd.DataFrame, "to_csv", crash)
+    with pytest.raises(KeyboardInterrupt):
+        results.write_tables(tmp_path, good, good)
+    assert (tmp_path / "trials.csv").read_text() == before

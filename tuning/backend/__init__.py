@@ -1,0 +1,369 @@
+"""Every Ray call of the project: starting Ray, search algorithms and schedulers, ``tune.run``
+with a CLIReporter, and reading back what the trials did; the trainables are in
+tuning/backend/trainables.py.
+
+What leaves this package is plain data (dicts, lists, paths), so tables, reports and the CLIs
+never touch Ray objects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuning import spaces
+from tuning.backend.trainables import benchmark_trainable, train_function
+from tuning.benchmarks import BENCHMARKS
+from tuning.data import DataSource
+
+log = logging.getLogger(__name__)
+
+# tune.run's default output engine ignores a passed CLIReporter (Ray 2.60); the old one prints it.
+os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+# num_to_keep forces an experiment snapshot after checkpoints; its "may become a bottleneck"
+# warning fires every few epochs of a fast trial and buries the table. The snapshot is tiny.
+os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+
+REPORTED = ["loss", "accuracy", "training_iteration"]
+EXPERIMENT_NAME = "tune"  # Ray's experiment folder inside the results dir
+
+
+class _DropNoise(logging.Filter):
+    """Ray messages that say nothing a tuning user can act on, and bury the progress table."""
+
+    NOISE = ("Token authentication is enabled", "Generated new authentication token",
+             "Checkpoint successfully created", "Started a local Ray instance",
+             "Wrote the latest version of all result files",
+             # A comparison run keeps its rows in a recorder, not in per-trial result files.
+             "Failed to fetch metrics for", "Could not fetch metrics for")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not any(n in msg for n in self.NOISE)
+
+
+def quiet_ray_logging() -> None:
+    """Called by CLIs only: library code leaves logging alone."""
+    noise = _DropNoise()
+    for name in ("ray", "ray.tune", "ray.train", "ray._private.worker", "ray.air"):
+        logger = logging.getLogger(name)
+        logger.addFilter(noise)
+        for handler in logger.handlers:
+            handler.addFilter(noise)
+
+
+def start_ray(num_cpus: int | None = None, address: str | None = None,
+              worker_logs: bool = False) -> dict:
+    """Start (or join) Ray and return its resources as {"CPU": n, "GPU": n, ...}.
+
+    Trial processes' output is not forwarded unless worker_logs: it is mostly Ray's own INFO
+    lines and SIGTERM tracebacks of actors shut down at the end, and it buried the progress
+    table. Trial errors still reach the driver through Tune, and every line is in Ray's logs."""
+    import ray
+
+    if not ray.is_initialized():
+        quiet_ray_logging()  # the token-auth banner is logged during init
+        ray.init(address=address, num_cpus=num_cpus, include_dashboard=False,
+                 log_to_driver=worker_logs)
+        quiet_ray_logging()
+    return dict(ray.cluster_resources())
+
+
+def stop_ray() -> None:
+    import ray
+
+    ray.shutdown()
+
+
+def recorder():
+    """A Tune callback that keeps every result in arrival order, with the run's wall clock:
+    what a budget-vs-incumbent curve needs, and what per-trial result files cannot say."""
+    import time
+
+    from ray.tune import Callback
+
+    class Recorder(Callback):
+        def __init__(self):
+            self.rows: list[dict] = []
+            self.started = time.monotonic()
+
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            self.rows.append({**result, "trial_id": trial.trial_id, "wall_s": time.monotonic() - self.started,
+                              "config": {k: spaces.plain(v) for k, v in trial.config.items()}})
+
+    return Recorder()
+
+
+def _stopper(max_t: int, budget_iterations: int | None):
+    """Each trial stops at max_t; with a budget, the whole run stops once its trials have
+    trained budget_iterations iterations (epochs, fidelity units) between them."""
+    from ray.tune.stopper import CombinedStopper, MaximumIterationStopper, Stopper
+
+    per_trial = MaximumIterationStopper(max_t)
+    if budget_iterations is None:
+        return per_trial
+
+    class BudgetStopper(Stopper):
+        def __init__(self):
+            self.used = 0
+
+        def __call__(self, trial_id, result):
+            self.used += 1  # one result is one iteration of one trial
+            # Past the budget, stop each trial at its next result: stop_all alone lets the
+            # running trials report about a hundred more iterations (measured) before they stop.
+            return self.used >= budget_iterations
+
+        def stop_all(self):
+            return self.used >= budget_iterations
+
+    return CombinedStopper(per_trial, BudgetStopper())
+
+
+# ---------------------------------------------------------------- search strategies
+
+def _search(space: spaces.Space, strategy: str, max_epochs: int, seed: int):
+    """(config, search_alg, scheduler) for a strategy over the space's one declaration."""
+    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+    from ray.tune.search import BasicVariantGenerator
+
+    metric, mode = space.metric, space.mode
+    if strategy == "grid":
+        return {}, _lazy_grid(space), FIFOScheduler()
+    if strategy == "random":
+        return spaces.to_tune(space), BasicVariantGenerator(random_state=seed), FIFOScheduler()
+    if strategy == "asha":
+        scheduler = ASHAScheduler(metric=metric, mode=mode, max_t=max_epochs,
+                                  grace_period=min(space.grace_period, max_epochs),
+                                  reduction_factor=space.reduction_factor)
+        return spaces.to_tune(space), BasicVariantGenerator(random_state=seed), scheduler
+    if strategy == "bohb":
+        import numpy as np
+        np.random.seed(seed)  # HpBandSter draws its random fraction from numpy's global generator
+        search = _tune_bohb()(space=spaces.to_configspace(space, seed), metric=metric, mode=mode, seed=seed)
+        scheduler = _hyperband_for_bohb()(time_attr="training_iteration", metric=metric, mode=mode,
+                                          max_t=max_epochs, reduction_factor=space.reduction_factor)
+        return {}, search, scheduler
+    raise spaces.SpaceError(f"strategy {strategy!r} unknown: use one of {', '.join(spaces.STRATEGIES)}")
+
+
+def _lazy_grid(space: spaces.Space):
+    """A searcher that walks the space's grid (spaces.to_grid) point by point; num_samples
+    repeats it. tune.grid_search expands the whole grid up front, deep-copying the spec for
+    every point: 17 s per run for counting ones' 65,536 points, measured here."""
+    import pickle
+
+    from ray.tune.search import Searcher
+
+    grid = {k: v["grid_search"] for k, v in spaces.to_grid(space).items()}
+    size = spaces.grid_size(space)
+
+    class LazyGrid(Searcher):
+        def __init__(self):
+            super().__init__(metric=space.metric, mode=space.mode)
+            self.index = 0
+
+        def suggest(self, trial_id: str):
+            i, self.index = self.index % size, self.index + 1
+            config = {}
+            for key, values in reversed(grid.items()):  # the last parameter varies fastest
+                i, j = divmod(i, len(values))
+                config[key] = values[j]
+            return {k: config[k] for k in grid}
+
+        def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
+            pass
+
+        def save(self, checkpoint_path: str):
+            with open(checkpoint_path, "wb") as f:
+                pickle.dump(self.index, f)
+
+        def restore(self, checkpoint_path: str):
+            with open(checkpoint_path, "rb") as f:
+                self.index = pickle.load(f)
+
+    return LazyGrid()
+
+
+def _tune_bohb():
+    """TuneBOHB whose proposals are plain Python values.
+
+    With ConfigSpace 1.x, TuneBOHB proposes numpy scalars (np.int64 batch sizes, np.str_
+    choices); they would reach the trainer, the progress table and result files. BOHB's own
+    bookkeeping (trial_to_params, which feeds its KDE) keeps what ConfigSpace gave it."""
+    from ray.tune.search.bohb import TuneBOHB
+
+    class PlainTuneBOHB(TuneBOHB):
+        def suggest(self, trial_id: str):
+            config = super().suggest(trial_id)
+            return None if config is None else {k: spaces.plain(v) for k, v in config.items()}
+
+        # After a resume, TuneBOHB's saved state may predate trials that reported before the
+        # crash, and it raised KeyError in to_wrapper (Ray issue #39900). Each result carries
+        # its trial's config (flattened to "config/<name>"), which is all BOHB keeps about it.
+        def to_wrapper(self, trial_id: str, result: dict):
+            if trial_id not in self.trial_to_params:
+                self.trial_to_params[trial_id] = {k: result[f"config/{k}"] for k in self._space}
+            return super().to_wrapper(trial_id, result)
+
+        def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
+            self.trial_to_params.setdefault(trial_id, {})
+            super().on_trial_complete(trial_id, result, error)
+
+    return PlainTuneBOHB
+
+
+def _hyperband_for_bohb():
+    """HyperBandForBOHB that leaves finished trials out of its brackets.
+
+    Tune does not save scheduler state (Ray issue #30838): on resume every restored trial is
+    added to the scheduler again, finished ones too, and a bracket holding a trial that will never
+    report again waits forever (seen here: the resumed run hung with trials paused). Unfinished
+    trials join fresh brackets and continue from their checkpoints."""
+    from ray.tune.experiment import Trial
+    from ray.tune.schedulers import HyperBandForBOHB
+
+    class ResumableHyperBandForBOHB(HyperBandForBOHB):
+        def on_trial_add(self, tune_controller, trial):
+            if trial.status in (Trial.TERMINATED, Trial.ERROR):
+                return
+            super().on_trial_add(tune_controller, trial)
+
+    return ResumableHyperBandForBOHB
+
+
+def _reporter(space: spaces.Space):
+    """Tune's CLIReporter, made safe for trials Tune has not scheduled yet.
+
+    Its error table reads ``Trial.error_file`` of every trial, and in Ray 2.60 that raises
+    "Should not access `trial_driver_staging_path` without setting `trial_dir_name`" for a trial
+    Tune has added but not yet scheduled (its directory is assigned at scheduling). That crashed
+    runs with HyperBandForBOHB, whose pending and paused trials wait on each other. Assigning
+    the directory the way Tune does when it schedules the trial keeps both tables whole: every
+    trial's progress row, and every real error row."""
+    from ray.tune import CLIReporter
+
+    class Reporter(CLIReporter):
+        def report(self, trials, done, *sys_info):
+            for trial in trials:
+                if trial.storage.trial_dir_name is None:
+                    trial.init_local_path()
+            super().report(trials, done, *sys_info)
+
+    return Reporter(metric_columns=REPORTED, parameter_columns=list(space.params),
+                    metric=space.metric, mode=space.mode, sort_by_metric=True)
+
+
+def _trial_dirname(trial) -> str:
+    return trial.trial_id
+
+
+@dataclass
+class RunSpec:
+    space: spaces.Space
+    strategy: str
+    num_samples: int
+    max_epochs: int
+    seed: int
+    cpus_per_trial: float
+    gpus_per_trial: float
+    source: DataSource
+    results_dir: Path
+    workers_per_trial: int = 1
+    max_train: int | None = None
+    max_val: int | None = None
+    budget_iterations: int | None = None  # stop the run after this many iterations in all
+    max_failures: int = 0  # retries of a trial whose training raises, from its last checkpoint
+    resume: bool = False  # continue the experiment saved in results_dir
+    progress: bool = True  # print the CLIReporter table
+    log_files: bool = True  # Tune's per-trial result files (result.json, progress.csv, TensorBoard)
+    callbacks: list = field(default_factory=list)
+
+
+def run(spec: RunSpec) -> tuple[list[dict], bool]:
+    """Run the experiment through ``tune.run``: one plain record per trial, and whether Ctrl-C
+    cut it short (its state is saved; ``resume=True`` continues it)."""
+    from ray import tune
+    from ray.tune import CheckpointConfig
+
+    space = spec.space
+    config, search_alg, scheduler = _search(space, spec.strategy, spec.max_epochs, spec.seed)
+    if space.trainer in BENCHMARKS:
+        trainable = tune.with_parameters(benchmark_trainable(), benchmark=space.trainer,
+                                         max_t=spec.max_epochs, seed=spec.seed)
+    else:
+        trainable = tune.with_parameters(
+            train_function, trainer_name=space.trainer, source=spec.source, max_epochs=spec.max_epochs,
+            fixed=dict(space.fixed), seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
+            metric=space.metric, diverged_value=space.diverged_value, workers=spec.workers_per_trial,
+            max_train=spec.max_train, max_val=spec.max_val)
+    # Tune's default loggers write three files per result; a comparison collects its rows with
+    # a recorder instead, and without them ran 1.5-2x more iterations per second here.
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "0" if spec.log_files else "1"
+    # A run that can be resumed snapshots the experiment after every step, so a crash loses at
+    # most the epoch in flight (epochs take seconds; a snapshot, milliseconds). Comparisons, with
+    # thousands of sub-second trials, keep Tune's adaptive period.
+    if spec.log_files:
+        os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = "0"
+    else:
+        os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
+    # Ctrl-C: tune.run catches the first SIGINT, saves the experiment and returns; its handler
+    # puts back the one it found, which is how we can tell afterwards that the run was cut short.
+    before = signal.getsignal(signal.SIGINT)
+    tune_handler_set = (threading.current_thread() is threading.main_thread()
+                        and os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0") == "0")
+    analysis = tune.run(
+        trainable,
+        name=EXPERIMENT_NAME,
+        storage_path=str(spec.results_dir.absolute()),
+        config=config,
+        # Grid: num_samples repeats the grid, as with tune.grid_search.
+        num_samples=spec.num_samples * (spaces.grid_size(space) if spec.strategy == "grid" else 1),
+        search_alg=search_alg,
+        scheduler=scheduler,
+        stop=_stopper(spec.max_epochs, spec.budget_iterations),
+        resources_per_trial={"cpu": spec.cpus_per_trial, "gpu": spec.gpus_per_trial},
+        progress_reporter=_reporter(space) if spec.progress else None,
+        verbose=1 if spec.progress else 0,
+        # Without reuse every trial starts a fresh Python process and imports torch again.
+        reuse_actors=True,
+        checkpoint_config=CheckpointConfig(num_to_keep=2),
+        trial_dirname_creator=_trial_dirname,
+        raise_on_failed_trial=False,
+        max_failures=spec.max_failures,
+        resume=True if spec.resume else None,
+        callbacks=spec.callbacks,
+    )
+    interrupted = tune_handler_set and signal.getsignal(signal.SIGINT) is before
+    signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
+    return [_record(t) for t in analysis.trials], interrupted
+
+
+def _record(trial) -> dict:
+    """What the tables need to know of a trial, read from its own files."""
+    path = Path(trial.path)
+    rows = []
+    result_file = path / "result.json"
+    if result_file.exists():
+        for line in result_file.read_text().splitlines():
+            if line.strip():
+                rows.append(json.loads(line))
+    error = None
+    if trial.status == "ERROR" and trial.error_file and Path(trial.error_file).exists():
+        lines = [ln for ln in Path(trial.error_file).read_text().splitlines() if ln.strip()]
+        error = lines[-1] if lines else "unknown error"
+    checkpoint = trial.checkpoint
+    return {
+        "trial_id": trial.trial_id,
+        "status": trial.status,
+        "config": {k: spaces.plain(v) for k, v in trial.config.items()},
+        "rows": rows,
+        "error": error,
+        "failures": int(trial.run_metadata.num_failures),
+        "checkpoint": checkpoint.path if checkpoint is not None else None,
+        "path": str(path),
+    }

@@ -1,0 +1,151 @@
+"""The trainables Tune runs: adapters from the project's trainers to Tune's report/checkpoint API.
+
+Part of tuning.backend (every Ray call of the project lives in this package). A trial here
+restores from its newest readable checkpoint, reports each epoch with a checkpoint, stops itself
+when its metric diverges (reporting a finite worst case instead of NaN), and turns a CUDA
+out-of-memory error into a message naming the configuration.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import tempfile
+from pathlib import Path
+
+from tuning import spaces
+from tuning.data import DataSource
+
+log = logging.getLogger(__name__)
+
+
+class _Diverged(Exception):
+    """Raised out of the trainer's on_epoch once a diverged epoch is reported: ends the trial."""
+
+
+def restore(checkpoint) -> dict | None:
+    """The newest checkpoint that loads: Tune's latest, or, when that one is truncated or
+    corrupt (a crash mid-write on a non-atomic filesystem, a full disk), the one before it
+    (Tune keeps two), or None to start over. Each fallback is logged."""
+    from tuning import trainer
+
+    if checkpoint is None:
+        return None
+    latest = Path(checkpoint.path)
+    candidates = [latest]
+    if latest.is_dir():  # local storage: the older checkpoints sit next to it
+        candidates += sorted((p for p in latest.parent.glob("checkpoint_*") if p.name < latest.name), reverse=True)
+    for path in candidates:
+        try:
+            if path.is_dir():
+                state = trainer.read_checkpoint(path)
+            else:  # remote storage: Tune downloads the latest
+                with checkpoint.as_directory() as d:
+                    state = trainer.read_checkpoint(d)
+        except Exception as exc:  # any unreadable file means "try the one before"
+            log.warning("checkpoint %s is unreadable (%s: %s)", path, type(exc).__name__, exc)
+            continue
+        if path != latest:
+            log.warning("restored from the previous checkpoint %s instead", path)
+        return state
+    log.warning("no readable checkpoint: the trial starts over from epoch 0")
+    return None
+
+
+def _user_trainer(name: str):
+    module, _, function = name.partition(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def train_function(config: dict, *, trainer_name: str, source: DataSource | None, max_epochs: int,
+                   fixed: dict, seed: int, threads: int, metric: str, diverged_value: float,
+                   workers: int = 1, max_train: int | None = None, max_val: int | None = None) -> None:
+    """Tune's view of a trainer with train_cifar's contract: report each epoch, checkpoint each
+    epoch, and continue from Tune's checkpoint when a trial is resumed, retried or unpaused.
+
+    A CIFAR trial given several GPUs trains as one nccl rank per GPU; a CPU trial with workers > 1
+    as that many gloo ranks sharing its CPUs. Either way rank 0's epochs come back here."""
+    import ray
+    import torch
+    from ray import tune
+
+    from tuning import distributed, trainer
+
+    params = {k: spaces.plain(v) for k, v in config.items()}
+    state = restore(tune.get_checkpoint())
+    restored_epoch = int(state["epoch"]) if state else 0
+
+    def report(metrics: dict, state: dict) -> None:
+        # restored_from: the epoch this trial's process resumed at (0 = fresh start), so the
+        # tables can show pauses and prove no epoch was trained twice.
+        metrics = {**metrics, "restored_from": restored_epoch}
+        value = metrics.get(metric)
+        if metrics.get("diverged") or (isinstance(value, float) and not math.isfinite(value)):
+            # A finite worst case keeps NaN out of ASHA's rungs and BOHB's model; no checkpoint,
+            # the weights are garbage; and no more epochs spent on it.
+            tune.report({**metrics, metric: diverged_value, "diverged": True})
+            raise _Diverged
+        with tempfile.TemporaryDirectory() as d:
+            trainer.write_checkpoint(state, d)
+            tune.report({**metrics, "diverged": False}, checkpoint=tune.Checkpoint.from_directory(d))
+
+    kwargs = dict(**params, **fixed, epochs=max_epochs, seed=seed, state=state)
+    try:
+        if trainer_name != "cifar":
+            torch.set_num_threads(threads)
+            _user_trainer(trainer_name)(**kwargs, on_epoch=report)
+            return
+        from tuning.data import load_train_val
+
+        train, val = load_train_val(source, max_train, max_val)  # cached across trials in this process
+        kwargs.update(train=train, val=val)
+        gpus = ray.get_gpu_ids() if torch.cuda.is_available() else []
+        if len(gpus) > 1:
+            distributed.run(trainer.train_cifar, kwargs, world_size=len(gpus), backend="nccl",
+                            device_type="cuda", threads=max(1, threads // len(gpus)), on_epoch=report)
+        elif workers > 1:
+            distributed.run(trainer.train_cifar, kwargs, world_size=workers, backend="gloo",
+                            device_type="cpu", threads=max(1, threads // workers), on_epoch=report)
+        else:
+            torch.set_num_threads(threads)
+            trainer.train_cifar(**kwargs, device="cuda" if gpus else "cpu", on_epoch=report)
+    except _Diverged:
+        return
+    except torch.cuda.OutOfMemoryError as exc:
+        torch.cuda.empty_cache()  # the seed's advice: give the memory back before the next trial
+        first = str(exc).splitlines()[0] if str(exc) else "CUDA out of memory"
+        raise RuntimeError(f"CUDA out of memory with config {params}: lower batch_size or give trials more "
+                           f"GPU memory ({first})") from None
+
+
+def benchmark_trainable():
+    """A synthetic benchmark as a class Trainable: an evaluation is a pure function of
+    (config, t, seed), so the only state is the iteration, which Tune itself checkpoints and
+    restores; Tune saves only when HyperBand pauses the trial, not after every result."""
+    from ray import tune
+
+    from tuning.benchmarks import BENCHMARKS
+
+    class SyntheticBenchmark(tune.Trainable):
+        def setup(self, config, *, benchmark: str, max_t: int, seed: int):
+            self.fn, self.max_t, self.seed = BENCHMARKS[benchmark].fn, max_t, seed
+            self.reset_config(config)
+
+        def reset_config(self, new_config):
+            self.params = {k: spaces.plain(v) for k, v in new_config.items()}
+            self.restored_from = 0
+            return True
+
+        def step(self):
+            t = self.iteration + 1
+            return {"loss": self.fn(self.params, t, self.max_t, self.seed), "epoch": t,
+                    "restored_from": self.restored_from}
+
+        def save_checkpoint(self, checkpoint_dir: str):
+            return {"epoch": self.iteration}
+
+        def load_checkpoint(self, checkpoint):
+            self.restored_from = self.iteration  # Tune has restored the iteration already
+
+    return SyntheticBenchmark

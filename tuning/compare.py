@@ -1,0 +1,211 @@
+"""``python -m tuning.compare experiments/<name>``: grid vs random vs ASHA vs BOHB, equal budgets.
+
+An experiment is data (``EXPERIMENT = Experiment(...)`` in experiments/<name>.py): a space, the
+strategies, a budget per strategy run in full evaluations, the seeds. One generic runner loops
+over strategies x seeds, runs each through the same ``tune.run`` path as ``tuning.run`` (the
+comparison measures the service itself), stops each run when its trials have trained the budget
+between them, and keeps each finished run's rows on disk so a re-run only does what is missing.
+At the end it writes runs.csv/.parquet, experiment.json, provenance.json and the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from tuning import data, report, results, spaces
+
+log = logging.getLogger("tuning.compare")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    space: str  # a module under search_spaces/; its trainer is the benchmark
+    budget: float  # per strategy run, in full evaluations (full trainings' worth of epochs)
+    seeds: tuple = tuple(range(10))
+    strategies: tuple = ("grid", "random", "asha", "bohb")
+    max_epochs: int | None = None  # the space's unless set
+    cpus_per_trial: float | None = None
+    smoke: dict = field(default_factory=dict)  # overrides under --smoke: budget, seeds, max_epochs
+    description: str = ""
+
+
+class UsageError(Exception):
+    """Bad input: exit 2 with this one-line message."""
+
+
+def load_experiment(path: str) -> tuple[str, Experiment]:
+    file = Path(path if path.endswith(".py") else f"{path}.py")
+    if not file.is_file():
+        names = sorted(p.stem for p in Path("experiments").glob("*.py") if not p.stem.startswith("_"))
+        raise UsageError(f"no experiment at {file}: available are {', '.join('experiments/' + n for n in names)}")
+    spec = importlib.util.spec_from_file_location(f"experiments.{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # a broken declaration is bad input, not a crash
+        raise UsageError(f"{file} does not load: {type(exc).__name__}: {exc}") from None
+    exp = getattr(module, "EXPERIMENT", None)
+    if not isinstance(exp, Experiment):
+        raise UsageError(f"{file} defines no EXPERIMENT = Experiment(...)")
+    unknown = [s for s in exp.strategies if s not in spaces.STRATEGIES]
+    if unknown:
+        raise UsageError(f"{file}: strategy {unknown[0]!r} unknown: use any of {', '.join(spaces.STRATEGIES)}")
+    try:
+        spaces.load(exp.space)
+    except spaces.SpaceError as exc:
+        raise UsageError(f"{file}: space/benchmark {exp.space!r}: {exc}") from None
+    if not exp.seeds or exp.budget <= 0:
+        raise UsageError(f"{file}: an experiment needs at least one seed and a positive budget")
+    return file.stem, exp
+
+
+def _run_rows(rows: list[dict], *, benchmark: str, strategy: str, seed: int, max_t: int,
+              params: list[str]) -> pd.DataFrame:
+    """The recorder's results, in arrival order, as the report's input rows."""
+    out = []
+    for i, r in enumerate(rows, start=1):
+        out.append({
+            "benchmark": benchmark, "strategy": strategy, "seed": seed, "run_id": f"{strategy}-s{seed}",
+            "trial_id": r["trial_id"], "training_iteration": r["training_iteration"], "loss": r["loss"],
+            "full_fidelity": r["training_iteration"] >= max_t,
+            "consumed_budget": i / max_t,  # every result is one iteration of one trial
+            "wall_s": r["wall_s"], "epoch": r.get("epoch", r["training_iteration"]),
+            "accuracy": r.get("accuracy"),
+            **{p: r["config"].get(p) for p in params},
+        })
+    return pd.DataFrame(out)
+
+
+def _write_csv(df: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    df.to_csv(tmp, index=False)
+    tmp.replace(path)  # a run's file appears whole or not at all: it marks the run finished
+
+
+def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None, budget: float | None,
+        argv: list[str]) -> Path:
+    space = spaces.load(exp.space)
+    over = exp.smoke if smoke else {}
+    max_t = over.get("max_epochs") or exp.max_epochs or space.max_epochs
+    budget = budget or over.get("budget") or exp.budget
+    seed_list = list(exp.seeds if seeds is None and "seeds" not in over else
+                     range(seeds if seeds is not None else over["seeds"]))
+    params = list(space.params)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "runs").mkdir(exist_ok=True)
+    jobs = [(s, seed) for seed in seed_list for s in exp.strategies]
+    todo = [(s, seed) for s, seed in jobs if not (out / "runs" / f"{s}-s{seed}.csv").exists()]
+
+    source = None
+    if space.trainer == "cifar":
+        source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0,
+                              synthetic_train=5000 if smoke else 50_000, synthetic_test=1000 if smoke else 10_000)
+        log.warning("DATA: %s (%s)", "SYNTHETIC CIFAR-10-shaped images" if source.kind == "synthetic"
+                    else "real CIFAR-10", source.root)
+    if todo:
+        from tuning import backend  # Ray only when there is something to run
+
+        backend.start_ray()
+    for i, (strategy, seed) in enumerate(jobs, start=1):
+        run_id = f"{strategy}-s{seed}"
+        done = out / "runs" / f"{run_id}.csv"
+        if (strategy, seed) not in todo:
+            print(f"[{i}/{len(jobs)}] {run_id}: finished in an earlier invocation, kept", flush=True)
+            continue
+        print(f"[{i}/{len(jobs)}] {run_id}: running ({budget:g} full evaluations of {max_t} iterations)", flush=True)
+        started = time.monotonic()
+        rows = _one_run(space, strategy, seed, max_t, budget, source, out / "runs" / run_id, smoke)
+        df = _run_rows(rows, benchmark=space.trainer if space.trainer != "cifar" else name, strategy=strategy,
+                       seed=seed, max_t=max_t, params=params)
+        _write_csv(df, done)
+        print(f"[{i}/{len(jobs)}] {run_id}: done in {time.monotonic() - started:.0f} s, "
+              f"{len(df)} iterations, {df['trial_id'].nunique() if len(df) else 0} trials", flush=True)
+
+    runs = pd.concat([pd.read_csv(out / "runs" / f"{s}-s{seed}.csv") for s, seed in jobs], ignore_index=True)
+    # Equal budgets, exactly: results that arrived after a run had spent its budget (trials
+    # already running when it ran out) are not counted. runs/*.csv keep them.
+    runs = runs[runs["consumed_budget"] <= budget + 1e-9].reset_index(drop=True)
+    _write_csv(runs, out / "runs.csv")
+    runs.to_parquet(out / "runs.parquet", index=False)
+    from tuning.benchmarks import BENCHMARKS
+
+    bench = BENCHMARKS.get(space.trainer)
+    results.write_json(out / "experiment.json", {
+        "name": name, "benchmark": space.trainer if bench else name, "metric": space.metric, "mode": space.mode,
+        "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seed_list,
+        "params": params, "optimum": bench.optimum if bench else None, "regret": bench.regret if bench else None,
+        "dims": bench.dims if bench else None, "description": exp.description, "space": exp.space,
+        "smoke": smoke})
+    results.write_json(out / "provenance.json", {
+        "command": "python -m tuning.compare " + " ".join(argv),
+        "data": {"kind": source.kind if source else f"benchmark:{space.trainer}",
+                 "root": source.root if source else None},
+        "machine": results.machine(), "seeds": seed_list, "git_commit": results.git_commit(),
+        "versions": results.versions()})
+    return report.write_report(out)["html"]
+
+
+def _one_run(space, strategy, seed, max_t, budget, source, run_dir: Path, smoke: bool) -> list[dict]:
+    from tuning import backend
+
+    rec = backend.recorder()
+    grid = strategy == "grid"
+    spec = backend.RunSpec(
+        space=space, strategy=strategy,
+        # Grid runs its grid once; the others sample until the budget stops them (every trial
+        # trains at least one iteration, so the budget bounds the trials needed).
+        num_samples=1 if grid else int(budget * max_t) + 1,
+        max_epochs=max_t, seed=seed, cpus_per_trial=space.cpus_per_trial, gpus_per_trial=0,
+        source=source, results_dir=run_dir, max_train=2000 if smoke else None, max_val=500 if smoke else None,
+        budget_iterations=int(round(budget * max_t)), progress=False, log_files=False, callbacks=[rec])
+    _, interrupted = backend.run(spec)
+    if interrupted:  # a partial run must not be kept as finished
+        raise KeyboardInterrupt
+    return rec.rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    argv = sys.argv[1:] if argv is None else list(argv)
+    p = argparse.ArgumentParser(prog="python -m tuning.compare", description=__doc__.split("\n\n")[0])
+    p.add_argument("experiment", help="an experiment declaration, e.g. experiments/counting_ones")
+    p.add_argument("--smoke", action="store_true", help="the experiment's CI-sized settings")
+    p.add_argument("--seeds", type=int, help="run seeds 0..N-1 instead of the experiment's")
+    p.add_argument("--budget", type=float, help="full evaluations per strategy run, instead of the experiment's")
+    p.add_argument("--out", help="output folder (default results/compare/<name>[-smoke]); finished runs "
+                                 "in it are kept, not run again")
+    args = p.parse_args(argv)
+    try:
+        name, exp = load_experiment(args.experiment)
+        if args.seeds is not None and args.seeds < 1:
+            raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
+        if args.budget is not None and args.budget <= 0:
+            raise UsageError(f"--budget must be positive, got {args.budget:g}")
+        out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
+        html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv)
+    except (UsageError, spaces.SpaceError, data.DataError, report.ReportError) as exc:
+        print(f"tuning.compare: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("tuning.compare: interrupted; finished runs are kept: run the same command again to go on",
+              file=sys.stderr)
+        return 130
+    print(f"\nReport: {html}\n        {Path(html).with_suffix('.md')}\nRows:   {out / 'runs.csv'}")
+    return 0
+
+
+if __name__ == "__main__":
+    # Run from the importable module, so experiment files' `from tuning.compare import Experiment`
+    # names the same class this runner checks for.
+    from tuning.compare import main as _main
+
+    sys.exit(_main())
