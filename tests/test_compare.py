@@ -121,3 +121,17 @@ def test_bad_input_is_one_line_and_exit_2(args, needle):
     assert proc.returncode == 2
     assert needle in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("EXPERIMENT = Experiment(space='counting_ones', budget=5, strategies=('random', 'annealing'))",
+     "strategy 'annealing' unknown"),
+    ("EXPERIMENT = Experiment(space='counting_twos', budget=5)", "space/benchmark 'counting_twos'"),
+])
+def test_experiment_naming_an_unknown_strategy_or_benchmark(tmp_path, body, needle):
+    (tmp_path / "bad.py").write_text("from tuning.compare import Experiment\n" + body + "\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    proc = _compare(str(tmp_path / "bad"), "--out", str(tmp_path / "out"), timeout=120)
+    assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
