@@ -58,3 +58,16 @@ def misbehave(*, mode, lr=0.1, epochs, marker_dir=".", **kw):
     behaviour = {"steady": steady, "flaky": flaky, "broken": lambda **k: broken_when_large(**{**k, "lr": 0.9}),
                  "diverges": lambda **k: diverges_when_large(**{**k, "lr": 0.9}), "oom": out_of_memory}[mode]
     return behaviour(lr=lr, epochs=epochs, marker_dir=marker_dir, **kw)
+
+
+_KEPT = []
+
+
+def leaky(*, lr, epochs, state=None, on_epoch=None, mb_per_epoch=40, **kw):
+    """Keeps a tensor per epoch alive, as logging `loss` instead of `loss.item()` does."""
+    import torch
+
+    start = int(state["epoch"]) if state else 0
+    for epoch in range(start, epochs):
+        _KEPT.append(torch.ones(mb_per_epoch * 2**18))  # float32: 4 bytes each
+        on_epoch({"loss": 1.0 / (1 + epoch) + lr, "epoch": epoch + 1}, {"epoch": epoch + 1})

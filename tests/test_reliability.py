@@ -231,3 +231,20 @@ def test_tables_are_written_atomically(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         results.write_tables(tmp_path, good, good)
     assert (tmp_path / "trials.csv").read_text() == before
+
+
+def test_a_planted_leak_is_flagged(tmp_path):
+    space = _space(tmp_path, "SPACE = Space(params={'lr': Choice([0.1])}, trainer='faulty:leaky', strategy='grid',"
+                             " max_epochs=7, gpus_per_trial=0)\n")
+    proc = _run("--space", str(space), "--results-dir", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    assert bool(trials.loc[0, "memory_growing"]) and trials.loc[0, "peak_rss_mb"] > 0
+    assert "grew in memory epoch after epoch" in proc.stdout
+    epochs = pd.read_csv(tmp_path / "r" / "epochs.csv")
+    assert epochs["rss_mb"].iloc[-1] - epochs["rss_mb"].iloc[1] > 150  # 40 MB kept per epoch
+
+
+def test_steady_memory_is_not_flagged(misbehaving):
+    trials = misbehaving[1]
+    assert not bool(trials.loc["steady", "memory_growing"]) and trials.loc["steady", "peak_rss_mb"] > 0

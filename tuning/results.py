@@ -18,7 +18,8 @@ import pandas as pd
 
 # Per-epoch columns kept from Tune's result rows, in this order.
 EPOCH_COLUMNS = ["training_iteration", "epoch", "loss", "accuracy", "train_loss", "diverged", "restored_from",
-                 "world_size", "train_time_s", "eval_time_s", "images_per_s", "time_this_iter_s",
+                 "world_size", "train_time_s", "eval_time_s", "images_per_s", "rss_mb", "peak_rss_mb",
+                 "cuda_max_allocated_mb", "cuda_reserved_mb", "memory_growing", "time_this_iter_s",
                  "time_total_s", "timestamp", "node_ip", "pid", "rank_pids"]
 
 
@@ -72,7 +73,13 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
             # Its metric turned NaN/inf: it stopped and reported the space's worst-case value.
             "diverged": any(bool(r.get("diverged")) for r in rec["rows"]),
             "recomputed_epochs": _recomputed(rec["rows"]),
+            "node_ip": last.get("node_ip"),  # where it ran (on a cluster, which node)
             "wall_time_s": last.get("time_total_s"),
+            "peak_rss_mb": _max(curve, "peak_rss_mb"),
+            "cuda_max_allocated_mb": _max(curve, "cuda_max_allocated_mb"),
+            "cuda_reserved_mb": _max(curve, "cuda_reserved_mb"),
+            # Memory grew epoch after epoch (the trial logged the likely causes).
+            "memory_growing": any(bool(r.get("memory_growing")) for r in rec["rows"]),
             "failures": rec.get("failures", 0),  # retries after the training raised
             "error": rec.get("error"),
         })
@@ -80,6 +87,11 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
     if not df.empty:
         df = df.sort_values(metric, ascending=(mode == "min"), na_position="last", kind="stable")
     return df.reset_index(drop=True)
+
+
+def _max(rows: list[dict], key: str):
+    values = [r[key] for r in rows if _finite(r.get(key))]
+    return max(values) if values else None
 
 
 def _recomputed(rows: list[dict]) -> int:

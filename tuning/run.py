@@ -280,7 +280,8 @@ def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend
     plan.update(status="interrupted" if unfinished else "finished",
                 wall_time_s=round(plan.get("wall_time_s", 0) + time.time() - started, 1), trials=len(trials),
                 stopped_early=_count(trials, "stopped_early"), failed=_count(trials, "status", "ERROR"),
-                diverged=_count(trials, "diverged"), resumed_trials=len(trials) - _count(trials, "resumed_at", ""),
+                diverged=_count(trials, "diverged"), memory_growing=_count(trials, "memory_growing"),
+                resumed_trials=len(trials) - _count(trials, "resumed_at", ""),
                 recomputed_epochs=int(trials["recomputed_epochs"].sum()) if len(trials) else 0, best=best)
     results.write_json(results_dir / "run.json", plan)
     _print_summary(best, plan, source, results_dir, params)
@@ -317,6 +318,9 @@ def _print_summary(best, info: dict, source, results_dir: Path, params: list[str
     print(f"\n{info['trials']} trials: {info['stopped_early']} stopped early by the scheduler, "
           f"{info['failed']} failed, {info['resumed_trials']} paused and resumed from a checkpoint, "
           f"{info['recomputed_epochs']} epochs recomputed")
+    if info.get("memory_growing"):
+        print(f"  {info['memory_growing']} trial(s) grew in memory epoch after epoch: see memory_growing and "
+              "peak_rss_mb in trials.csv; a tensor kept alive across steps is the usual cause")
     if best is None:
         print("No trial reported a result.")
     else:

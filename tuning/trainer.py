@@ -158,6 +158,38 @@ def evaluate(model: nn.Module, split: Split, device: torch.device | str, rank: i
     return {"loss": total_loss / len(split), "accuracy": correct / len(split)}
 
 
+def memory(device: torch.device | str = "cpu") -> dict[str, float]:
+    """This process's memory now and at its peak (MB), and on CUDA what PyTorch allocated: the
+    numbers the seed's troubleshooting list watches with GPUtil, as metrics of every epoch."""
+    import resource
+
+    import psutil
+
+    out = {"rss_mb": psutil.Process().memory_info().rss / 2**20,
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10}  # KB on Linux
+    if torch.device(device).type == "cuda":
+        out.update(cuda_max_allocated_mb=torch.cuda.max_memory_allocated(device) / 2**20,
+                   cuda_reserved_mb=torch.cuda.memory_reserved(device) / 2**20)
+    return out
+
+
+LEAK_MIN_MB = 64  # growth below this is allocator noise, not a leak
+
+
+def memory_growing(rss_mb: list[float]) -> bool:
+    """Memory that grows epoch after epoch: from epoch 2 on (epoch 1 fills caches) at least three
+    increases in a row, adding up to more than LEAK_MIN_MB and 10% of epoch 2's footprint."""
+    if len(rss_mb) < 5:
+        return False
+    tail = rss_mb[1:]
+    rising = all(b > a for a, b in zip(tail[-4:], tail[-3:]))
+    return rising and tail[-1] - tail[0] > max(LEAK_MIN_MB, 0.1 * tail[0])
+
+
+LEAK_ADVICE = ("a tensor kept alive across steps is the usual cause: log losses with .item(), not the "
+               "tensor; evaluate under torch.no_grad(); del large temporaries")
+
+
 def write_checkpoint(state: dict, directory: str | os.PathLike) -> Path:
     """Atomically: a reader never sees a half-written file under the final name."""
     path = Path(directory) / CHECKPOINT_FILE
@@ -247,7 +279,7 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
         t2 = time.perf_counter()
         metrics.update(epoch=epoch + 1, train_loss=loss_sum / max(seen, 1), world_size=world_size,
                        train_time_s=t1 - t0, eval_time_s=t2 - t1,
-                       images_per_s=seen / (t1 - t0) if t1 > t0 else math.nan)
+                       images_per_s=seen / (t1 - t0) if t1 > t0 else math.nan, **memory(device))
         log.debug("epoch %d: %s", epoch + 1, metrics)
         if on_epoch is not None and rank == 0:
             on_epoch(metrics, {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1})

@@ -76,10 +76,18 @@ def train_function(config: dict, *, trainer_name: str, source: DataSource | None
     state = restore(tune.get_checkpoint())
     restored_epoch = int(state["epoch"]) if state else 0
 
+    rss: list[float] = []
+
     def report(metrics: dict, state: dict) -> None:
         # restored_from: the epoch this trial's process resumed at (0 = fresh start), so the
-        # tables can show pauses and prove no epoch was trained twice.
-        metrics = {**metrics, "restored_from": restored_epoch}
+        # tables can show pauses and prove no epoch was trained twice. A trainer's own memory
+        # figures (a DDP rank's) win over this process's.
+        metrics = {**trainer.memory(), **metrics, "restored_from": restored_epoch}
+        rss.append(metrics["rss_mb"])
+        metrics["memory_growing"] = trainer.memory_growing(rss)
+        if metrics["memory_growing"] and not trainer.memory_growing(rss[:-1]):
+            log.warning("trial memory grew by %.0f MB since epoch 2 (%s): %s", rss[-1] - rss[1],
+                        params, trainer.LEAK_ADVICE)
         value = metrics.get(metric)
         if metrics.get("diverged") or (isinstance(value, float) and not math.isfinite(value)):
             # A finite worst case keeps NaN out of ASHA's rungs and BOHB's model; no checkpoint,
