@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from tuning import data, report, results, spaces
+from tuning.backend import ClusterError
 
 log = logging.getLogger("tuning.compare")
 
@@ -91,7 +92,7 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
 
 
 def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None, budget: float | None,
-        argv: list[str]) -> Path:
+        argv: list[str], address: str | None = None, storage_path: str | None = None) -> Path:
     space = spaces.load(exp.space)
     over = exp.smoke if smoke else {}
     max_t = over.get("max_epochs") or exp.max_epochs or space.max_epochs
@@ -113,7 +114,9 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     if todo:
         from tuning import backend  # Ray only when there is something to run
 
-        backend.start_ray()
+        backend.start_ray(address=address)
+    # On shared storage each comparison gets its own folder, its runs one each inside it.
+    storage = f"{storage_path.rstrip('/')}/{out.name}" if storage_path else None
     for i, (strategy, seed) in enumerate(jobs, start=1):
         run_id = f"{strategy}-s{seed}"
         done = out / "runs" / f"{run_id}.csv"
@@ -122,7 +125,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
             continue
         print(f"[{i}/{len(jobs)}] {run_id}: running ({budget:g} full evaluations of {max_t} iterations)", flush=True)
         started = time.monotonic()
-        rows = _one_run(space, strategy, seed, max_t, budget, source, out / "runs" / run_id, smoke)
+        rows = _one_run(space, strategy, seed, max_t, budget, source, out / "runs" / run_id, smoke, storage)
         df = _run_rows(rows, benchmark=space.trainer if space.trainer != "cifar" else name, strategy=strategy,
                        seed=seed, max_t=max_t, params=params)
         _write_csv(df, done)
@@ -153,7 +156,8 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     return report.write_report(out)["html"]
 
 
-def _one_run(space, strategy, seed, max_t, budget, source, run_dir: Path, smoke: bool) -> list[dict]:
+def _one_run(space, strategy, seed, max_t, budget, source, run_dir: Path, smoke: bool,
+             storage_path: str | None = None) -> list[dict]:
     from tuning import backend
 
     rec = backend.recorder()
@@ -165,7 +169,8 @@ def _one_run(space, strategy, seed, max_t, budget, source, run_dir: Path, smoke:
         num_samples=1 if grid else int(budget * max_t) + 1,
         max_epochs=max_t, seed=seed, cpus_per_trial=space.cpus_per_trial, gpus_per_trial=0,
         source=source, results_dir=run_dir, max_train=2000 if smoke else None, max_val=500 if smoke else None,
-        budget_iterations=int(round(budget * max_t)), progress=False, log_files=False, callbacks=[rec])
+        budget_iterations=int(round(budget * max_t)), progress=False, log_files=False, callbacks=[rec],
+        storage_path=storage_path)
     _, interrupted = backend.run(spec)
     if interrupted:  # a partial run must not be kept as finished
         raise KeyboardInterrupt
@@ -183,6 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", type=float, help="full evaluations per strategy run, instead of the experiment's")
     p.add_argument("--out", help="output folder (default results/compare/<name>[-smoke]); finished runs "
                                  "in it are kept, not run again")
+    p.add_argument("--address", metavar="auto|HOST:PORT",
+                   help="run on the Ray cluster there instead of starting a local Ray")
+    p.add_argument("--storage-path", metavar="DIR|URI",
+                   help="where Tune keeps experiments and checkpoints: a folder every node reaches, or s3://...")
     args = p.parse_args(argv)
     try:
         name, exp = load_experiment(args.experiment)
@@ -191,8 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.budget is not None and args.budget <= 0:
             raise UsageError(f"--budget must be positive, got {args.budget:g}")
         out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
-        html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv)
-    except (UsageError, spaces.SpaceError, data.DataError, report.ReportError) as exc:
+        html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,
+                   address=args.address, storage_path=args.storage_path)
+    except (UsageError, spaces.SpaceError, data.DataError, report.ReportError, ClusterError) as exc:
         print(f"tuning.compare: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import pickle
+import re
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -209,6 +210,12 @@ def _dataset(source: DataSource, train: bool):
     CIFAR10 = _cifar10()
     if source.kind == "cifar10":
         return CIFAR10(source.root, train=train, download=False)
+    root = Path(source.root)
+    spec = re.fullmatch(r"seed(\d+)-train(\d+)-test(\d+)", root.name)
+    if spec and not (root / "synthetic.json").exists():
+        # Another node of a cluster, without the driver's disk: generated from the seed, the
+        # files are the same bytes as the driver's.
+        ensure_synthetic(root, seed=int(spec[1]), n_train=int(spec[2]), n_test=int(spec[3]))
     # torchvision checks every file against the real CIFAR-10's md5 sums, which synthetic files
     # cannot match. Rather than skip the check, point it at the sums recorded when they were written.
     md5 = json.loads((Path(source.root) / "synthetic.json").read_text())["md5"]

@@ -20,7 +20,7 @@ import pandas as pd
 EPOCH_COLUMNS = ["training_iteration", "epoch", "loss", "accuracy", "train_loss", "diverged", "restored_from",
                  "world_size", "train_time_s", "eval_time_s", "images_per_s", "rss_mb", "peak_rss_mb",
                  "cuda_max_allocated_mb", "cuda_reserved_mb", "memory_growing", "time_this_iter_s",
-                 "time_total_s", "timestamp", "node_ip", "pid", "rank_pids"]
+                 "time_total_s", "timestamp", "node_ip", "node_id", "pid", "rank_pids"]
 
 
 def _curve(rows: list[dict]) -> list[dict]:
@@ -74,6 +74,7 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
             "diverged": any(bool(r.get("diverged")) for r in rec["rows"]),
             "recomputed_epochs": _recomputed(rec["rows"]),
             "node_ip": last.get("node_ip"),  # where it ran (on a cluster, which node)
+            "node_id": last.get("node_id"),  # Ray's node id: tells apart nodes sharing an IP
             "wall_time_s": last.get("time_total_s"),
             "peak_rss_mb": _max(curve, "peak_rss_mb"),
             "cuda_max_allocated_mb": _max(curve, "cuda_max_allocated_mb"),

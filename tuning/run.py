@@ -10,10 +10,12 @@ import argparse
 import json
 import logging
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from tuning import data, results, spaces
+from tuning.backend import ClusterError as _ClusterError  # no Ray import: that waits for a valid run
 
 log = logging.getLogger("tuning.run")
 
@@ -60,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "cifar10: require the real set; synthetic: always generate")
     p.add_argument("--data-dir", default="./data", help="where CIFAR-10 lives or is generated (default ./data)")
     p.add_argument("--results-dir", help="where results go (default results/<space>-<start time>)")
+    p.add_argument("--address", metavar="auto|HOST:PORT",
+                   help="run on the Ray cluster there (auto: the one started on this machine with `ray start`) "
+                        "instead of starting a local Ray; see README, Running on a Ray cluster")
+    p.add_argument("--storage-path", metavar="DIR|URI",
+                   help="where Tune keeps the experiment and trial checkpoints: a folder every node reaches "
+                        "(NFS) or a URI pyarrow opens (s3://bucket/path); default: the results dir. "
+                        "Needed on a cluster of several machines")
     p.add_argument("--max-failures", type=int, default=2,
                    help="retry a trial whose training raises up to this many times, from its last "
                         "checkpoint, before marking it failed (default 2)")
@@ -111,12 +120,14 @@ def _prepare_results_dir(path: Path) -> bool:
 
 
 def _resources(space: spaces.Space, args, cluster: dict) -> tuple[float, float, int]:
-    """(cpus, gpus, workers) per trial, checked against what Ray sees."""
+    """(cpus, gpus, workers) per trial, checked against what Ray sees: a trial runs on one node,
+    so against the largest node's CPUs and GPUs."""
     workers = args.workers_per_trial if args.workers_per_trial is not None else space.workers_per_trial
     _check_positive("--workers-per-trial", workers)
     cpus = args.cpus_per_trial if args.cpus_per_trial is not None else space.cpus_per_trial * workers
     gpus = args.gpus_per_trial if args.gpus_per_trial is not None else space.gpus_per_trial
-    have_cpus, have_gpus = cluster.get("CPU", 0), cluster.get("GPU", 0)
+    alive = [n for n in cluster["nodes"] if n["alive"]]
+    have_cpus, have_gpus = max(n["cpus"] for n in alive), max(n["gpus"] for n in alive)
     if gpus == "auto":
         gpus = 1 if have_gpus >= 1 and workers == 1 else 0
     if cpus <= 0:
@@ -130,10 +141,10 @@ def _resources(space: spaces.Space, args, cluster: dict) -> tuple[float, float, 
         raise UsageError(f"--workers-per-trial {workers} is for CPU trials; a GPU trial runs one rank "
                          "per GPU: use --gpus-per-trial N instead, or --gpus-per-trial 0")
     if cpus > have_cpus:
-        raise UsageError(f"--cpus-per-trial {cpus:g} is more than the {have_cpus:g} CPUs Ray sees: "
-                         "lower it so a trial can start")
+        raise UsageError(f"--cpus-per-trial {cpus:g} is more than the {have_cpus:g} CPUs of the largest Ray "
+                         "node: lower it so a trial can start")
     if gpus > have_gpus:
-        raise UsageError(f"--gpus-per-trial {gpus:g} is more than the {have_gpus:g} GPUs Ray sees: "
+        raise UsageError(f"--gpus-per-trial {gpus:g} is more than the {have_gpus:g} GPUs of the largest Ray node: "
                          f"use --gpus-per-trial {have_gpus:g} or run where GPUs are available")
     ranks = int(gpus) if gpus > 1 else workers
     batch = space.params.get("batch_size")
@@ -156,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         return _main(argv)
-    except (UsageError, spaces.SpaceError, data.DataError) as exc:
+    except (UsageError, spaces.SpaceError, data.DataError, _ClusterError) as exc:
         print(f"tuning.run: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # a second Ctrl-C, while the first one's state was being saved
@@ -187,7 +198,7 @@ def _main(argv: list[str]) -> int:
     plan = {
         "space": space.name, "strategy": strategy, "seed": seed, "argv": argv, "num_samples": num_samples,
         "max_epochs": args.max_epochs or smoke.get("max_epochs") or space.max_epochs,
-        "max_failures": args.max_failures, "smoke": smoke,
+        "max_failures": args.max_failures, "smoke": smoke, "storage_path": args.storage_path,
         "data_args": {"kind": args.data or ("synthetic" if args.smoke else "auto"),
                       "data_dir": str(Path(args.data_dir).absolute()), "seed": seed,
                       "synthetic_train": smoke.get("synthetic_train", 50_000),
@@ -197,8 +208,8 @@ def _main(argv: list[str]) -> int:
     created = _prepare_results_dir(results_dir)
     lock = _lock(results_dir)
     try:
-        source, backend = _data_and_ray(space, plan, args.worker_logs)
-        cpus, gpus, workers = _resources(space, args, backend.start_ray())
+        source, backend = _data_and_ray(space, plan, args)
+        cpus, gpus, workers = _resources(space, args, backend.cluster_info())
     except BaseException:
         lock.release()
         if created and results_dir.exists() and not any(p.name != ".lock" for p in results_dir.iterdir()):
@@ -215,13 +226,14 @@ def _main(argv: list[str]) -> int:
     return _execute(space, plan, source, results_dir, backend, resume=False)
 
 
-def _data_and_ray(space: spaces.Space, plan: dict, worker_logs: bool):
+def _data_and_ray(space: spaces.Space, plan: dict, args):
     source = None  # synthetic benchmarks need no data
     if space.trainer == "cifar":
         source = data.prepare(**plan["data_args"])
     from tuning import backend  # importing Ray costs seconds: only once the flags are good
 
-    backend.start_ray(worker_logs=worker_logs)
+    backend.start_ray(address=args.address, worker_logs=args.worker_logs)
+    plan["address"] = backend.cluster_info()["address"] if args.address else None
     return source, backend
 
 
@@ -239,7 +251,7 @@ def _resume(args) -> int:
                          "(start a new run to tune again)")
     _lock(results_dir)
     space = spaces.load(plan["space"])
-    source, backend = _data_and_ray(space, plan, args.worker_logs)
+    source, backend = _data_and_ray(space, plan, args)
     print(f"Resuming {plan['space']} ({plan['strategy']}) in {results_dir}", flush=True)
     return _execute(space, plan, source, results_dir, backend, resume=True)
 
@@ -261,7 +273,8 @@ def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend
         seed=plan["seed"], cpus_per_trial=plan["resources_per_trial"]["cpu"],
         gpus_per_trial=plan["resources_per_trial"]["gpu"], source=source, results_dir=results_dir,
         workers_per_trial=plan["workers_per_trial"], max_train=smoke.get("max_train"),
-        max_val=smoke.get("max_val"), max_failures=plan["max_failures"], resume=resume)
+        max_val=smoke.get("max_val"), max_failures=plan["max_failures"], resume=resume,
+        storage_path=plan.get("storage_path"))
     records, interrupted = backend.run(spec)
     backend.stop_ray()
 
@@ -304,7 +317,14 @@ def _test_best(best: dict, records: list[dict], space: spaces.Space, source: dat
     ckpt = next((r["checkpoint"] for r in records if r["trial_id"] == best["trial_id"]), None)
     if ckpt is None:
         return {}
-    state = trainer.read_checkpoint(ckpt)
+    if "://" in ckpt:  # shared storage on a cluster: bring the checkpoint here first
+        import pyarrow.fs
+
+        with tempfile.TemporaryDirectory() as d:
+            pyarrow.fs.copy_files(ckpt, d)
+            state = trainer.read_checkpoint(d)
+    else:
+        state = trainer.read_checkpoint(ckpt)
     test = data.load_test(source, max_test)
     m = trainer.test_accuracy(state, test, width=space.fixed.get("width", 16))
     return {"test_loss": m["loss"], "test_accuracy": m["accuracy"], "test_images": len(test)}

@@ -57,9 +57,29 @@ def quiet_ray_logging() -> None:
             handler.addFilter(noise)
 
 
+class ClusterError(Exception):
+    """The Ray cluster named by --address cannot be joined: a one-line reason and the fix."""
+
+
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """ray.init on an address nobody listens at retries for minutes; a TCP connect says it at once."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterError(f"--address {address}: expected auto or HOST:PORT (the head's GCS port, 6379 "
+                           "unless `ray start --head --port` chose another)")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise ClusterError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
+                           "start one with `ray start --head` on that machine, or fix the address") from None
+
+
 def start_ray(num_cpus: int | None = None, address: str | None = None,
               worker_logs: bool = False) -> dict:
-    """Start (or join) Ray and return its resources as {"CPU": n, "GPU": n, ...}.
+    """Start a local Ray, or join the running cluster at `address` ("auto" or HOST:PORT), and
+    return its resources as {"CPU": n, "GPU": n, ...}.
 
     Trial processes' output is not forwarded unless worker_logs: it is mostly Ray's own INFO
     lines and SIGTERM tracebacks of actors shut down at the end, and it buried the progress
@@ -68,10 +88,34 @@ def start_ray(num_cpus: int | None = None, address: str | None = None,
 
     if not ray.is_initialized():
         quiet_ray_logging()  # the token-auth banner is logged during init
-        ray.init(address=address, num_cpus=num_cpus, include_dashboard=False,
-                 log_to_driver=worker_logs)
+        if address is None:
+            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs)
+        else:
+            if address != "auto":
+                _check_reachable(address)
+            try:
+                ray.init(address=address, log_to_driver=worker_logs)
+            except ConnectionError as exc:  # "auto" with no cluster on this machine
+                raise ClusterError(f"--address {address}: {str(exc).splitlines()[0]} Start one with "
+                                   "`ray start --head`, or give HOST:PORT of its head") from None
+            except ray.exceptions.AuthenticationError as exc:
+                raise ClusterError(f"--address {address}: the cluster refused this machine's token "
+                                   f"({exc.message}); set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH to the "
+                                   "cluster's token (`ray get-auth-token` on the head)") from None
         quiet_ray_logging()
     return dict(ray.cluster_resources())
+
+
+def cluster_info() -> dict:
+    """The joined cluster as plain data: its nodes (address, CPUs, GPUs, memory, alive) and
+    totals, for tuning.doctor."""
+    import ray
+
+    nodes = [{"ip": n["NodeManagerAddress"], "alive": bool(n["Alive"]), "cpus": n["Resources"].get("CPU", 0),
+              "gpus": n["Resources"].get("GPU", 0), "memory_gb": n["Resources"].get("memory", 0) / 2**30,
+              "object_store_gb": n["Resources"].get("object_store_memory", 0) / 2**30} for n in ray.nodes()]
+    return {"address": ray.get_runtime_context().gcs_address, "nodes": nodes,
+            "resources": dict(ray.cluster_resources())}
 
 
 def stop_ray() -> None:
@@ -101,6 +145,13 @@ def recorder():
                               "config": {k: spaces.plain(v) for k, v in trial.config.items()}})
 
     return Recorder()
+
+
+def bohb_suggestion(space: spaces.Space) -> dict:
+    """One configuration from the BOHB searcher tuning.run would build: proves hpbandster,
+    ConfigSpace and Ray's TuneBOHB import and agree (tuning.doctor)."""
+    searcher = _tune_bohb()(space=spaces.to_configspace(space, 0), metric=space.metric, mode=space.mode, seed=0)
+    return searcher.suggest("doctor")
 
 
 def _stopper(max_t: int, budget_iterations: int | None):
@@ -282,7 +333,10 @@ class RunSpec:
     max_val: int | None = None
     budget_iterations: int | None = None  # stop the run after this many iterations in all
     max_failures: int = 0  # retries of a trial whose training raises, from its last checkpoint
-    resume: bool = False  # continue the experiment saved in results_dir
+    resume: bool = False  # continue the experiment saved in results_dir (or storage_path)
+    # Where Tune keeps the experiment and trial checkpoints: a folder or URI every node reaches.
+    # None: results_dir/tune, on this machine.
+    storage_path: str | None = None
     progress: bool = True  # print the CLIReporter table
     log_files: bool = True  # Tune's per-trial result files (result.json, progress.csv, TensorBoard)
     callbacks: list = field(default_factory=list)
@@ -322,10 +376,11 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     before = signal.getsignal(signal.SIGINT)
     tune_handler_set = (threading.current_thread() is threading.main_thread()
                         and os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0") == "0")
+    storage, name = experiment_location(spec.results_dir, spec.storage_path)
     analysis = tune.run(
         trainable,
-        name=EXPERIMENT_NAME,
-        storage_path=str(spec.results_dir.absolute()),
+        name=name,
+        storage_path=storage,
         config=config,
         # Grid: num_samples repeats the grid, as with tune.grid_search.
         num_samples=spec.num_samples * (spaces.grid_size(space) if spec.strategy == "grid" else 1),
@@ -349,15 +404,35 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     return [_record(t) for t in analysis.trials], interrupted
 
 
+def experiment_location(results_dir: Path, storage_path: str | None) -> tuple[str, str]:
+    """(storage_path, name) for tune.run: results_dir/tune by default; on shared storage, a
+    folder named after the results dir, so runs sharing a storage path stay apart."""
+    if storage_path is None:
+        return str(results_dir.absolute()), EXPERIMENT_NAME
+    return storage_path, results_dir.name
+
+
+def _read_text(trial, name: str) -> str | None:
+    """A file of the trial's folder, through the storage's own filesystem (local, NFS or s3://)."""
+    import pyarrow.fs
+
+    fs, path = trial.storage.storage_filesystem, f"{trial.storage.trial_fs_path}/{name}"
+    if fs.get_file_info(path).type != pyarrow.fs.FileType.File:
+        return None
+    with fs.open_input_stream(path) as f:
+        return f.read().decode()
+
+
+def _uri(fs, path: str) -> str:
+    """A local path as is; anything else as a URI that pyarrow.fs opens (s3://bucket/key)."""
+    import pyarrow.fs
+
+    return path if isinstance(fs, pyarrow.fs.LocalFileSystem) else f"{fs.type_name}://{path}"
+
+
 def _record(trial) -> dict:
     """What the tables need to know of a trial, read from its own files."""
-    path = Path(trial.path)
-    rows = []
-    result_file = path / "result.json"
-    if result_file.exists():
-        for line in result_file.read_text().splitlines():
-            if line.strip():
-                rows.append(json.loads(line))
+    rows = [json.loads(line) for line in (_read_text(trial, "result.json") or "").splitlines() if line.strip()]
     error = None
     if trial.status == "ERROR" and trial.error_file and Path(trial.error_file).exists():
         lines = [ln for ln in Path(trial.error_file).read_text().splitlines() if ln.strip()]
@@ -370,6 +445,6 @@ def _record(trial) -> dict:
         "rows": rows,
         "error": error,
         "failures": int(trial.run_metadata.num_failures),
-        "checkpoint": checkpoint.path if checkpoint is not None else None,
-        "path": str(path),
+        "checkpoint": _uri(checkpoint.filesystem, checkpoint.path) if checkpoint is not None else None,
+        "path": trial.path,
     }

@@ -77,12 +77,14 @@ def train_function(config: dict, *, trainer_name: str, source: DataSource | None
     restored_epoch = int(state["epoch"]) if state else 0
 
     rss: list[float] = []
+    # Tune's node_ip cannot tell apart nodes sharing a machine (or an IP behind NAT); the id can.
+    node_id = ray.get_runtime_context().get_node_id()
 
     def report(metrics: dict, state: dict) -> None:
         # restored_from: the epoch this trial's process resumed at (0 = fresh start), so the
         # tables can show pauses and prove no epoch was trained twice. A trainer's own memory
         # figures (a DDP rank's) win over this process's.
-        metrics = {**trainer.memory(), **metrics, "restored_from": restored_epoch}
+        metrics = {**trainer.memory(), **metrics, "restored_from": restored_epoch, "node_id": node_id}
         rss.append(metrics["rss_mb"])
         metrics["memory_growing"] = trainer.memory_growing(rss)
         if metrics["memory_growing"] and not trainer.memory_growing(rss[:-1]):
@@ -137,7 +139,10 @@ def benchmark_trainable():
 
     class SyntheticBenchmark(tune.Trainable):
         def setup(self, config, *, benchmark: str, max_t: int, seed: int):
+            import ray
+
             self.fn, self.max_t, self.seed = BENCHMARKS[benchmark].fn, max_t, seed
+            self.node_id = ray.get_runtime_context().get_node_id()
             self.reset_config(config)
 
         def reset_config(self, new_config):
@@ -148,7 +153,7 @@ def benchmark_trainable():
         def step(self):
             t = self.iteration + 1
             return {"loss": self.fn(self.params, t, self.max_t, self.seed), "epoch": t,
-                    "restored_from": self.restored_from}
+                    "restored_from": self.restored_from, "node_id": self.node_id}
 
         def save_checkpoint(self, checkpoint_dir: str):
             return {"epoch": self.iteration}

@@ -1,0 +1,103 @@
+"""The same commands on a real multi-node Ray cluster: Ray's own ray.cluster_utils.Cluster on this
+machine, a head and a second node of 1 CPU each, joined with --address as a user joins theirs."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+from test_reliability import STEADY, TESTS, _check_tables, _progress, _space, _states, _wait_until
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    # The nodes' worker processes import the test trainers (tests/faulty.py) like a user's own module.
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), before or ""])
+    port = _free_port()
+    c = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": True, "dashboard_host": "127.0.0.1", "dashboard_port": port})
+    c.add_node(num_cpus=1)
+    c.wait_for_nodes()
+    c.dashboard_url = f"http://127.0.0.1:{port}"
+    yield c
+    c.shutdown()
+    if before is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = before
+
+
+def _cli(module: str, *args, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_smoke_run_spreads_over_both_nodes(cluster, tmp_path):
+    results = tmp_path / "results"
+    done = _cli("tuning.run", "--address", cluster.address, "--space", "cifar_asha", "--smoke", "--num-samples", "4",
+                "--results-dir", str(results), "--data-dir", str(tmp_path / "data"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trials = pd.read_csv(results / "trials.csv")
+    assert len(trials) == 4 and (trials["status"] == "TERMINATED").all()
+    assert trials["node_id"].nunique() == 2  # one CPU per node: trials ran on both
+    assert (trials["peak_rss_mb"] > 0).all()
+    assert json.loads((results / "run.json").read_text())["address"] == cluster.address
+
+
+def test_killed_driver_resumes_on_the_cluster(cluster, tmp_path):
+    results, max_epochs = tmp_path / "results", 4
+    space = _space(tmp_path, STEADY.format(strategy="asha", epochs=max_epochs, rf=2))
+    proc = subprocess.Popen([sys.executable, "-m", "tuning.run", "--address", cluster.address, "--space", str(space),
+                             "--results-dir", str(results)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    _wait_until(proc, results)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver dies; the cluster lives on, as on a real one
+    proc.wait()
+    time.sleep(2)
+    progress, states = _progress(results), _states(results)
+    finished = {t for t, st in states.items() if st == "TERMINATED"}
+    assert finished
+
+    done = _cli("tuning.run", "--resume", str(results), "--address", cluster.address)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    trials, _ = _check_tables(results, 6, max_epochs)
+    assert trials["recomputed_epochs"].sum() == 0
+    assert all(_progress(results)[t] == progress[t] for t in finished)  # finished trials did not run again
+    assert trials["node_id"].nunique() == 2
+
+
+def test_doctor_on_the_cluster(cluster):
+    done = _cli("tuning.doctor", "--address", cluster.address)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"cluster at {cluster.address}: 2 node(s), 2 CPUs" in done.stdout
+    assert "OK    live trial" in done.stdout
+
+
+def test_job_submit_runs_the_smoke_experiment(cluster, tmp_path):
+    # The README's workflow: the job's driver runs on the head and joins the cluster by --address auto.
+    ray_cli = Path(sys.executable).with_name("ray")
+    results = tmp_path / "results"
+    done = subprocess.run([str(ray_cli), "job", "submit", "--address", cluster.dashboard_url, "--",
+                           sys.executable, "-m", "tuning.run", "--address", "auto", "--space", "counting_ones",
+                           "--smoke", "--results-dir", str(results)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0 and "succeeded" in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr
+    trials = pd.read_csv(results / "trials.csv")
+    assert len(trials) == 8 and (trials["status"] == "TERMINATED").all()

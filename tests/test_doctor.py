@@ -1,0 +1,42 @@
+"""tuning.doctor as a user runs it: locally it passes and lists what Ray sees; pointed at a
+cluster that is not there, it fails with one clear line. (Against a real 2-node cluster:
+tests/test_cluster.py.)"""
+
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def _doctor(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tuning.doctor", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_doctor_passes_locally_and_lists_the_resources(tmp_path):
+    done = _doctor("--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "results"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "local Ray: 1 node(s)" in out and " CPUs" in out and "object store" in out
+    assert "no GPU: trials run on CPU" in out or "OK    gpu 0" in out
+    assert "WARN  data         no CIFAR-10" in out  # an empty data dir: synthetic, said plainly
+    assert "OK    live trial" in out and "FAIL" not in out
+    assert "All checks passed." in out
+
+
+def test_doctor_flags_an_unreachable_cluster():
+    done = _doctor("--address", "127.0.0.1:1", "--no-live")
+    assert done.returncode == 1
+    fail = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
+    assert fail == ["FAIL  ray          --address 127.0.0.1:1: no Ray cluster answers there (Connection refused); "
+                    "start one with `ray start --head` on that machine, or fix the address"]
+    assert "Traceback" not in done.stdout + done.stderr
+
+
+def test_doctor_flags_a_corrupt_cifar10(tmp_path):
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    (folder / "data_batch_1").write_bytes(b"truncated")
+    done = _doctor("--data-dir", str(tmp_path), "--no-live")
+    assert done.returncode == 1
+    assert "FAIL  data" in done.stdout and "fix: delete cifar-10-batches-py" in done.stdout

@@ -1,0 +1,187 @@
+"""``python -m tuning.doctor``: one screen that answers "why won't my tuning run work?".
+
+Software versions and the combinations known to break, the GPUs (GPUtil's view, as in the seed's
+troubleshooting notes), the Ray cluster's resources (local, or the one at --address), the data,
+free disk at the results dir, and a live one-trial, one-epoch run of the real trainable on tiny
+data. Every line says OK, WARN or FAIL; a FAIL names the fix. Exit 0 when nothing failed, 1 when
+something did, 2 for bad flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tuning import data, results
+
+OK, WARN, FAIL = "OK", "WARN", "FAIL"
+MIN_FREE_GB = 2.0  # a CIFAR run keeps two checkpoints per trial (~1 MB each) plus logs: 2 GB is ample
+
+
+def _line(status: str, what: str, detail: str, fix: str = "") -> dict:
+    return {"status": status, "what": what, "detail": detail, "fix": fix}
+
+
+def check_software() -> list[dict]:
+    v = results.versions()
+    out = [_line(OK, "versions", ", ".join(f"{k} {v[k]}" for k in
+                                           ("python", "torch", "torchvision", "ray", "hpbandster", "ConfigSpace")))]
+    py = tuple(int(x) for x in v["python"].split(".")[:2])
+    if py < (3, 10):
+        out.append(_line(FAIL, "python", f"{v['python']} is older than tuning supports",
+                         "use Python 3.10 or newer (tested on 3.11)"))
+    if v["ray"] and not v["ray"].startswith("2.60."):
+        out.append(_line(WARN, "ray", f"{v['ray']}: tuning works around Ray 2.60's behaviour (output engine, "
+                         "BOHB resume)", "pip install 'ray[tune]==2.60.*'"))
+    # torchvision 0.N pairs with torch 2.(N-15) (0.15 with 2.0, 0.29 with 2.14); a mismatched pair
+    # imports, then fails in its compiled ops ("operator torchvision::nms does not exist").
+    if v["torch"] and v["torchvision"]:
+        t_minor, tv_minor = int(v["torch"].split(".")[1]), int(v["torchvision"].split(".")[1])
+        if v["torch"].startswith("2.") and tv_minor - 15 != t_minor:
+            out.append(_line(FAIL, "torchvision", f"{v['torchvision']} is built for torch 2.{tv_minor - 15}, "
+                             f"not {v['torch']}", f"pip install torchvision==0.{t_minor + 15}.*"))
+    out.append(_check_bohb())
+    return out
+
+
+def _check_bohb() -> dict:
+    """BOHB needs hpbandster and ConfigSpace to import and agree with Ray's TuneBOHB: ask it for
+    one configuration instead of trusting version numbers."""
+    try:
+        from tuning import backend, spaces
+
+        space = spaces.load("cifar_bohb")
+        config = backend.bohb_suggestion(space)
+        assert config and set(space.params) <= set(config), config
+    except Exception as exc:  # an import error, a ConfigSpace API change: any of them stops BOHB
+        return _line(FAIL, "bohb", f"TuneBOHB cannot suggest a configuration ({type(exc).__name__}: "
+                     f"{str(exc).splitlines()[0] if str(exc) else ''})",
+                     "pip install hpbandster 'ConfigSpace>=1.0' (Python 3.10-3.11 are tested)")
+    return _line(OK, "bohb", "TuneBOHB (hpbandster + ConfigSpace) suggests configurations")
+
+
+def check_gpus() -> list[dict]:
+    import torch
+
+    if not torch.cuda.is_available():
+        built = f"torch built with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only torch build"
+        return [_line(OK, "gpu", f"no GPU: trials run on CPU ({built})")]
+    out = []
+    try:
+        import GPUtil  # the seed's view: load and memory per GPU, from nvidia-smi
+
+        for g in GPUtil.getGPUs():
+            out.append(_line(OK, f"gpu {g.id}", f"{g.name}: {g.memoryUsed:.0f}/{g.memoryTotal:.0f} MB used, "
+                             f"{100 * g.load:.0f}% busy"))
+    except Exception as exc:  # GPUtil needs nvidia-smi on PATH
+        out.append(_line(WARN, "gputil", f"GPUtil cannot read the GPUs ({exc})", "put nvidia-smi on PATH"))
+    if not any(line["what"].startswith("gpu ") for line in out):
+        for i in range(torch.cuda.device_count()):
+            free, total = torch.cuda.mem_get_info(i)
+            out.append(_line(OK, f"gpu {i}", f"{torch.cuda.get_device_name(i)}: "
+                             f"{(total - free) / 2**20:.0f}/{total / 2**20:.0f} MB used"))
+    return out
+
+
+def check_ray(backend, address: str | None) -> tuple[list[dict], dict | None]:
+    try:
+        backend.start_ray(address=address)
+        info = backend.cluster_info()
+    except backend.ClusterError as exc:
+        return [_line(FAIL, "ray", str(exc), "see README, Running on a Ray cluster")], None
+    alive = [n for n in info["nodes"] if n["alive"]]
+    r = info["resources"]
+    where = f"cluster at {info['address']}" if address else "local Ray"
+    out = [_line(OK, "ray", f"{where}: {len(alive)} node(s), {r.get('CPU', 0):g} CPUs, {r.get('GPU', 0):g} GPUs, "
+                 f"{r.get('object_store_memory', 0) / 2**30:.1f} GB object store")]
+    for n in alive:
+        out.append(_line(OK, "  node", f"{n['ip']}: {n['cpus']:g} CPUs, {n['gpus']:g} GPUs, "
+                         f"{n['memory_gb']:.1f} GB memory"))
+    return out, info
+
+
+def check_data(data_dir: Path) -> list[dict]:
+    problems = data.cifar10_problems(data_dir)
+    if not problems:
+        return [_line(OK, "data", f"real CIFAR-10 in {data_dir}, every file's md5 verified")]
+    if (data_dir / "cifar-10-batches-py").exists():
+        return [_line(FAIL, "data", f"{problems[0]} ({len(problems)} problem(s))",
+                      "delete cifar-10-batches-py and copy or download CIFAR-10 again (see README)")]
+    return [_line(WARN, "data", f"no CIFAR-10 in {data_dir}: runs download it if they can, else use "
+                  "synthetic images (accuracies then say nothing about CIFAR-10)",
+                  f"unpack cifar-10-python.tar.gz into {data_dir}")]
+
+
+def check_disk(results_dir: Path) -> list[dict]:
+    here = results_dir
+    while not here.exists():  # the results dir may not exist yet: measure where it will be
+        here = here.parent
+    free = shutil.disk_usage(here).free / 2**30
+    if free < MIN_FREE_GB:
+        return [_line(FAIL, "disk", f"{free:.1f} GB free at {here}",
+                      f"free space or choose another --results-dir (at least {MIN_FREE_GB:g} GB)")]
+    return [_line(OK, "disk", f"{free:.1f} GB free at {here}")]
+
+
+def check_live(backend, info: dict) -> list[dict]:
+    """One trial of the real CIFAR trainable, one epoch on 512 synthetic images, through the same
+    backend.run as tuning.run: Ray scheduling, the trainable, checkpointing, reading results."""
+    from tuning import spaces
+
+    gpus = 1 if info["resources"].get("GPU", 0) >= 1 else 0
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            source = data.prepare("synthetic", Path(d) / "data", seed=0, synthetic_train=600, synthetic_test=100)
+            spec = backend.RunSpec(space=spaces.load("cifar_asha"), strategy="random", num_samples=1, max_epochs=1,
+                                   seed=0, cpus_per_trial=1, gpus_per_trial=gpus, source=source,
+                                   results_dir=Path(d) / "results", max_train=512, max_val=88, progress=False)
+            started = time.monotonic()
+            records, _ = backend.run(spec)
+            took = time.monotonic() - started
+        except Exception as exc:
+            return [_line(FAIL, "live trial", f"{type(exc).__name__}: {exc}", "run with --worker-logs to see "
+                          "the trial's output")]
+    rec = records[0] if records else {}
+    if rec.get("status") != "TERMINATED" or not rec.get("rows"):
+        return [_line(FAIL, "live trial", f"the trial ended {rec.get('status', 'without starting')}: "
+                      f"{rec.get('error') or 'no result'}", "rerun tuning.run with --worker-logs to see why")]
+    row = rec["rows"][-1]
+    return [_line(OK, "live trial", f"1 trial, 1 epoch of the CIFAR trainable on {'GPU' if gpus else 'CPU'} "
+                  f"in {took:.1f} s (loss {row['loss']:.3f}, peak RSS {row.get('peak_rss_mb', 0):.0f} MB)")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("tuning.data").setLevel(logging.ERROR)  # "generating synthetic data" for the live check
+    p = argparse.ArgumentParser(prog="python -m tuning.doctor", description=__doc__.split("\n\n")[0])
+    p.add_argument("--address", metavar="auto|HOST:PORT", help="check the Ray cluster there instead of a local Ray")
+    p.add_argument("--data-dir", default="./data", help="where CIFAR-10 should be (default ./data)")
+    p.add_argument("--results-dir", default="results", help="where results will go (default ./results)")
+    p.add_argument("--no-live", action="store_true", help="skip the live one-trial run")
+    args = p.parse_args(argv)
+
+    from tuning import backend
+
+    backend.quiet_ray_logging()
+    lines = check_software() + check_gpus()
+    ray_lines, info = check_ray(backend, args.address)
+    lines += ray_lines + check_data(Path(args.data_dir).absolute()) + check_disk(Path(args.results_dir).absolute())
+    if not args.no_live:
+        lines += check_live(backend, info) if info else [_line(FAIL, "live trial", "not run: no Ray cluster")]
+    backend.stop_ray()
+    for line in lines:
+        print(f"{line['status']:<5} {line['what']:<12} {line['detail']}")
+        if line["fix"] and line["status"] != OK:
+            print(f"{'':<5} {'':<12} fix: {line['fix']}")
+    failed = [line for line in lines if line["status"] == FAIL]
+    print(f"\n{len(failed)} problem(s): see the FAIL lines" if failed else "\nAll checks passed.")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
