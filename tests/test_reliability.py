@@ -35,10 +35,13 @@ def _run(*args, timeout=600) -> subprocess.CompletedProcess:
 
 
 def _progress(results: Path) -> dict[str, int]:
-    """Epochs each trial has reported so far, from Tune's own per-trial result files."""
+    """Epochs each trial has reported so far, from the run's results.jsonl."""
     out = {}
-    for f in (results / "tune").glob("*/result.json"):
-        out[f.parent.name] = sum(1 for line in f.read_text().splitlines() if line.strip())
+    rows = results / "results.jsonl"
+    for line in rows.read_text().splitlines() if rows.exists() else []:
+        if line.endswith("}"):  # not a line cut short by the kill
+            t = json.loads(line)["trial_id"]
+            out[t] = out.get(t, 0) + 1
     return out
 
 

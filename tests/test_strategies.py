@@ -61,6 +61,7 @@ def test_bohb_same_seed_same_configs_across_real_runs(bohb, tmp_path_factory):
     assert sorted(map(tuple, a.values)) == sorted(map(tuple, b.values))
 
 
+@pytest.mark.slow  # minutes; the default suite runs grid and random in test_compare's smoke
 def test_grid_covers_exactly_the_grid_times_repeats(tmp_path_factory):
     # --strategy overrides the space's (ASHA) strategy; --num-samples repeats the grid.
     proc, results = _run(tmp_path_factory, "grid", "--space", "cifar_asha", "--strategy", "grid",
@@ -78,6 +79,7 @@ def test_grid_covers_exactly_the_grid_times_repeats(tmp_path_factory):
     assert json.loads((results / "run.json").read_text())["strategy"] == "grid"
 
 
+@pytest.mark.slow  # minutes; the default suite runs grid and random in test_compare's smoke
 def test_random_trains_every_trial_for_the_full_budget(tmp_path_factory):
     proc, results = _run(tmp_path_factory, "random", "--space", "cifar_random")
     _reporter_table_shown(proc.stdout)

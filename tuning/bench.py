@@ -121,7 +121,7 @@ def bench_scheduler(quick: bool) -> list[dict]:
         again += (r["trial_id"], r["epoch"]) in seen
         seen.add((r["trial_id"], r["epoch"]))
     resumed = len({r["trial_id"] for r in bohb.rows if r.get("restored_from")})
-    n, max_t = (6, 3) if quick else (16, 8)
+    n, max_t = (4, 2) if quick else (16, 8)
     asha = _tune(spaces.load("cifar_asha"), "asha", num_samples=n, max_epochs=max_t, cpus=1, source=source,
                  max_train=n_img, max_val=128)
     per_trial: dict[str, list] = {}

@@ -169,7 +169,7 @@ def _one_run(space, strategy, seed, max_t, budget, source, run_dir: Path, smoke:
         num_samples=1 if grid else int(budget * max_t) + 1,
         max_epochs=max_t, seed=seed, cpus_per_trial=space.cpus_per_trial, gpus_per_trial=0,
         source=source, results_dir=run_dir, max_train=2000 if smoke else None, max_val=500 if smoke else None,
-        budget_iterations=int(round(budget * max_t)), progress=False, log_files=False, callbacks=[rec],
+        budget_iterations=int(round(budget * max_t)), progress=False, snapshot_every_step=False, callbacks=[rec],
         storage_path=storage_path)
     _, interrupted = backend.run(spec)
     if interrupted:  # a partial run must not be kept as finished

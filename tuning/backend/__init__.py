@@ -30,6 +30,7 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
 
 REPORTED = ["loss", "accuracy", "training_iteration"]
+ROWS_FILE = "results.jsonl"  # in the results dir: what the tables are built from
 EXPERIMENT_NAME = "tune"  # Ray's experiment folder inside the results dir
 
 
@@ -338,8 +339,15 @@ class RunSpec:
     # None: results_dir/tune, on this machine.
     storage_path: str | None = None
     progress: bool = True  # print the CLIReporter table
-    log_files: bool = True  # Tune's per-trial result files (result.json, progress.csv, TensorBoard)
+    # Snapshot the experiment after every step, so a crash loses at most the epoch in flight
+    # (tuning.run). Comparisons, rerun rather than resumed, keep Tune's adaptive period.
+    snapshot_every_step: bool = True
     callbacks: list = field(default_factory=list)
+
+    @property
+    def rows_file(self) -> Path:
+        """Every result the run reported, one JSON line each, across resumes."""
+        return self.results_dir / ROWS_FILE
 
 
 def run(spec: RunSpec) -> tuple[list[dict], bool]:
@@ -359,16 +367,13 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
             fixed=dict(space.fixed), seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
             metric=space.metric, diverged_value=space.diverged_value, workers=spec.workers_per_trial,
             max_train=spec.max_train, max_val=spec.max_val)
-    # Tune's default loggers write three files per result; a comparison collects its rows with
-    # a recorder instead, and without them ran 1.5-2x more iterations per second here.
-    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "0" if spec.log_files else "1"
-    # A run that can be resumed snapshots the experiment once a second, so a crash loses at most
-    # a second of bookkeeping (trials keep their own checkpoints). Not after every step: each
-    # snapshot also copies every trial's log files to storage, which made 100 trials of 0.5 s
-    # take 1.7-3.2x their ideal time instead of 1.3x (tuning.bench, overhead). Comparisons, with
-    # thousands of sub-second trials, keep Tune's adaptive period (10 s or more).
-    if spec.log_files:
-        os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = "1"
+    # Tune's per-trial loggers (result.json, progress.csv, TensorBoard) are off: they live in a
+    # staging folder that every experiment snapshot copies to storage whole, so with a snapshot
+    # per step that copy never stopped, and 100 trials of 0.5 s took 1.7-3.2x their ideal time
+    # (tuning.bench, overhead). The rows go to one results.jsonl instead, written as they arrive.
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    if spec.snapshot_every_step:
+        os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = "0"
     else:
         os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
     # Ctrl-C: tune.run catches the first SIGINT, saves the experiment and returns; its handler
@@ -397,11 +402,18 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
         raise_on_failed_trial=False,
         max_failures=spec.max_failures,
         resume=True if spec.resume else None,
-        callbacks=spec.callbacks,
+        callbacks=[_row_log(spec.rows_file), *spec.callbacks],
     )
     interrupted = tune_handler_set and signal.getsignal(signal.SIGINT) is before
     signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
-    return [_record(t) for t in analysis.trials], interrupted
+    rows: dict[str, list[dict]] = {}
+    for line in spec.rows_file.read_text().splitlines() if spec.rows_file.exists() else []:
+        try:
+            row = json.loads(line)
+        except ValueError:  # a line cut short by a crash: its epoch is trained again anyway
+            continue
+        rows.setdefault(row["trial_id"], []).append(row)
+    return [_record(t, rows.get(t.trial_id, [])) for t in analysis.trials], interrupted
 
 
 def experiment_location(results_dir: Path, storage_path: str | None) -> tuple[str, str]:
@@ -412,15 +424,18 @@ def experiment_location(results_dir: Path, storage_path: str | None) -> tuple[st
     return storage_path, results_dir.name
 
 
-def _read_text(trial, name: str) -> str | None:
-    """A file of the trial's folder, through the storage's own filesystem (local, NFS or s3://)."""
-    import pyarrow.fs
+def _row_log(path: Path):
+    """A Tune callback appending every result to `path` as it arrives, before the step's
+    experiment snapshot: after a crash the file holds what the snapshot knows, or one step more
+    (which the tables then count as recomputed)."""
+    from ray.tune import Callback
 
-    fs, path = trial.storage.storage_filesystem, f"{trial.storage.trial_fs_path}/{name}"
-    if fs.get_file_info(path).type != pyarrow.fs.FileType.File:
-        return None
-    with fs.open_input_stream(path) as f:
-        return f.read().decode()
+    class RowLog(Callback):
+        def on_trial_result(self, iteration, trials, trial, result, **info):
+            with open(path, "a") as f:
+                f.write(json.dumps({**result, "trial_id": trial.trial_id}, default=str) + "\n")
+
+    return RowLog()
 
 
 def _uri(fs, path: str) -> str:
@@ -430,9 +445,8 @@ def _uri(fs, path: str) -> str:
     return path if isinstance(fs, pyarrow.fs.LocalFileSystem) else f"{fs.type_name}://{path}"
 
 
-def _record(trial) -> dict:
-    """What the tables need to know of a trial, read from its own files."""
-    rows = [json.loads(line) for line in (_read_text(trial, "result.json") or "").splitlines() if line.strip()]
+def _record(trial, rows: list[dict]) -> dict:
+    """What the tables need to know of a trial: its rows, status, error and checkpoint."""
     error = None
     if trial.status == "ERROR" and trial.error_file and Path(trial.error_file).exists():
         lines = [ln for ln in Path(trial.error_file).read_text().splitlines() if ln.strip()]
