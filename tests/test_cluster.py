@@ -101,3 +101,4 @@ def test_job_submit_runs_the_smoke_experiment(cluster, tmp_path):
     assert done.returncode == 0 and "succeeded" in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr
     trials = pd.read_csv(results / "trials.csv")
     assert len(trials) == 8 and (trials["status"] == "TERMINATED").all()
+

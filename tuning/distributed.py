@@ -90,6 +90,19 @@ def _rank_main(rank: int, fn: Callable, kwargs: dict, world_size: int, backend: 
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+        _leave(store, rank, world_size)
+
+
+def _leave(store, rank: int, world_size: int) -> None:
+    """Rank 0 serves the TCPStore, so it exits last: a peer still tearing down when the store
+    vanished once aborted ("terminate called without an active exception", exit -6)."""
+    try:
+        if rank == 0:
+            store.wait([f"left/{r}" for r in range(1, world_size)], timedelta(seconds=10))
+        else:
+            store.set(f"left/{rank}", "1")
+    except Exception:  # a peer that failed never says goodbye: the supervisor handles that
+        pass
 
 
 def run(fn: Callable, kwargs: dict, *, world_size: int, backend: str = "gloo", device_type: str = "cpu",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuning import spaces
+from tuning.backend.cluster import ClusterError, cluster_info, quiet_ray_logging, start_ray, stop_ray  # noqa: F401
 from tuning.backend.trainables import benchmark_trainable, train_function
 from tuning.benchmarks import BENCHMARKS
 from tuning.data import DataSource
@@ -32,97 +33,6 @@ os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_
 REPORTED = ["loss", "accuracy", "training_iteration"]
 ROWS_FILE = "results.jsonl"  # in the results dir: what the tables are built from
 EXPERIMENT_NAME = "tune"  # Ray's experiment folder inside the results dir
-
-
-class _DropNoise(logging.Filter):
-    """Ray messages that say nothing a tuning user can act on, and bury the progress table."""
-
-    NOISE = ("Token authentication is enabled", "Generated new authentication token",
-             "Checkpoint successfully created", "Started a local Ray instance",
-             "Wrote the latest version of all result files",
-             # A comparison run keeps its rows in a recorder, not in per-trial result files.
-             "Failed to fetch metrics for", "Could not fetch metrics for")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        return not any(n in msg for n in self.NOISE)
-
-
-def quiet_ray_logging() -> None:
-    """Called by CLIs only: library code leaves logging alone."""
-    noise = _DropNoise()
-    for name in ("ray", "ray.tune", "ray.train", "ray._private.worker", "ray.air"):
-        logger = logging.getLogger(name)
-        logger.addFilter(noise)
-        for handler in logger.handlers:
-            handler.addFilter(noise)
-
-
-class ClusterError(Exception):
-    """The Ray cluster named by --address cannot be joined: a one-line reason and the fix."""
-
-
-def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """ray.init on an address nobody listens at retries for minutes; a TCP connect says it at once."""
-    import socket
-
-    host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise ClusterError(f"--address {address}: expected auto or HOST:PORT (the head's GCS port, 6379 "
-                           "unless `ray start --head --port` chose another)")
-    try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
-    except OSError as exc:
-        raise ClusterError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
-                           "start one with `ray start --head` on that machine, or fix the address") from None
-
-
-def start_ray(num_cpus: int | None = None, address: str | None = None,
-              worker_logs: bool = False) -> dict:
-    """Start a local Ray, or join the running cluster at `address` ("auto" or HOST:PORT), and
-    return its resources as {"CPU": n, "GPU": n, ...}.
-
-    Trial processes' output is not forwarded unless worker_logs: it is mostly Ray's own INFO
-    lines and SIGTERM tracebacks of actors shut down at the end, and it buried the progress
-    table. Trial errors still reach the driver through Tune, and every line is in Ray's logs."""
-    import ray
-
-    if not ray.is_initialized():
-        quiet_ray_logging()  # the token-auth banner is logged during init
-        if address is None:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs)
-        else:
-            if address != "auto":
-                _check_reachable(address)
-            try:
-                ray.init(address=address, log_to_driver=worker_logs)
-            except ConnectionError as exc:  # "auto" with no cluster on this machine
-                raise ClusterError(f"--address {address}: {str(exc).splitlines()[0]} Start one with "
-                                   "`ray start --head`, or give HOST:PORT of its head") from None
-            except ray.exceptions.AuthenticationError as exc:
-                raise ClusterError(f"--address {address}: the cluster refused this machine's token "
-                                   f"({exc.message}); set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH to the "
-                                   "cluster's token (`ray get-auth-token` on the head)") from None
-        quiet_ray_logging()
-    return dict(ray.cluster_resources())
-
-
-def cluster_info() -> dict:
-    """The joined cluster as plain data: its nodes (address, CPUs, GPUs, memory, alive) and
-    totals, for tuning.doctor."""
-    import ray
-
-    nodes = [{"ip": n["NodeManagerAddress"], "alive": bool(n["Alive"]), "cpus": n["Resources"].get("CPU", 0),
-              "gpus": n["Resources"].get("GPU", 0), "memory_gb": n["Resources"].get("memory", 0) / 2**30,
-              "object_store_gb": n["Resources"].get("object_store_memory", 0) / 2**30} for n in ray.nodes()]
-    return {"address": ray.get_runtime_context().gcs_address, "nodes": nodes,
-            "resources": dict(ray.cluster_resources())}
-
-
-def stop_ray() -> None:
-    import ray
-
-    ray.shutdown()
 
 
 def recorder():
