@@ -50,15 +50,21 @@ def _cli(module: str, *args, timeout=600) -> subprocess.CompletedProcess:
 
 
 def test_smoke_run_spreads_over_both_nodes(cluster, tmp_path):
-    results = tmp_path / "results"
+    # --storage-path: the folder every node reaches (here both nodes share this machine's disk).
+    results, shared = tmp_path / "results", tmp_path / "shared"
     done = _cli("tuning.run", "--address", cluster.address, "--space", "cifar_asha", "--smoke", "--num-samples", "4",
-                "--results-dir", str(results), "--data-dir", str(tmp_path / "data"))
+                "--results-dir", str(results), "--data-dir", str(tmp_path / "data"), "--storage-path", str(shared))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     trials = pd.read_csv(results / "trials.csv")
     assert len(trials) == 4 and (trials["status"] == "TERMINATED").all()
     assert trials["node_id"].nunique() == 2  # one CPU per node: trials ran on both
     assert (trials["peak_rss_mb"] > 0).all()
     assert json.loads((results / "run.json").read_text())["address"] == cluster.address
+    # Tune's experiment and the checkpoints went to the storage path, in a folder named after the run.
+    assert list((shared / "results").glob("experiment_state-*.json"))
+    assert len(list((shared / "results").glob("*/checkpoint_*"))) >= 4
+    assert not (results / "tune").exists()
+    assert json.loads((results / "best_config.json").read_text())["test_accuracy"] is not None  # read back from storage
 
 
 def test_killed_driver_resumes_on_the_cluster(cluster, tmp_path):
