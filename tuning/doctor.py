@@ -155,10 +155,16 @@ def check_live(backend, info: dict) -> list[dict]:
                   f"in {took:.1f} s (loss {row['loss']:.3f}, peak RSS {row.get('peak_rss_mb', 0):.0f} MB)")]
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 2, not argparse's usage dump
+        print(f"tuning.doctor: error: {message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("tuning.data").setLevel(logging.ERROR)  # "generating synthetic data" for the live check
-    p = argparse.ArgumentParser(prog="python -m tuning.doctor", description=__doc__.split("\n\n")[0])
+    p = _Parser(prog="python -m tuning.doctor", description=__doc__.split("\n\n")[0])
     p.add_argument("--address", metavar="auto|HOST:PORT", help="check the Ray cluster there instead of a local Ray")
     p.add_argument("--data-dir", default="./data", help="where CIFAR-10 should be (default ./data)")
     p.add_argument("--results-dir", default="results", help="where results will go (default ./results)")
