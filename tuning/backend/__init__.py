@@ -29,6 +29,11 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 # num_to_keep forces an experiment snapshot after checkpoints; its "may become a bottleneck"
 # warning fires every few epochs of a fast trial and buries the table. The snapshot is tiny.
 os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+# Tune's per-trial loggers (result.json, progress.csv, TensorBoard) stay off: they live in a
+# staging folder that every experiment snapshot copies to storage whole, so with a snapshot per
+# step that copy never stopped, and 100 trials of 0.5 s took 1.7-3.2x their ideal time
+# (tuning.bench, overhead). The rows go to one results.jsonl instead, written as they arrive.
+os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
 
 REPORTED = ["loss", "accuracy", "training_iteration"]
 ROWS_FILE = "results.jsonl"  # in the results dir: what the tables are built from
@@ -277,11 +282,6 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
             fixed=dict(space.fixed), seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
             metric=space.metric, diverged_value=space.diverged_value, workers=spec.workers_per_trial,
             max_train=spec.max_train, max_val=spec.max_val)
-    # Tune's per-trial loggers (result.json, progress.csv, TensorBoard) are off: they live in a
-    # staging folder that every experiment snapshot copies to storage whole, so with a snapshot
-    # per step that copy never stopped, and 100 trials of 0.5 s took 1.7-3.2x their ideal time
-    # (tuning.bench, overhead). The rows go to one results.jsonl instead, written as they arrive.
-    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     if spec.snapshot_every_step:
         os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = "0"
     else:
