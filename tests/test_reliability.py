@@ -45,8 +45,9 @@ def _progress(results: Path) -> dict[str, int]:
     return out
 
 
-def _states(results: Path) -> dict[str, str]:
-    """Each trial's status in Tune's latest experiment snapshot: what a resume starts from."""
+def _snapshot(results: Path) -> dict[str, tuple[str, int]]:
+    """Each trial's (status, last epoch) in Tune's latest experiment snapshot on storage: what a
+    resume starts from."""
     snapshots = sorted((results / "tune").glob("experiment_state-*.json"))
     if not snapshots:
         return {}
@@ -54,18 +55,43 @@ def _states(results: Path) -> dict[str, str]:
         data = json.loads(snapshots[-1].read_text())
     except ValueError:  # caught mid-write; the next poll reads it whole
         return {}
-    return {json.loads(t)["trial_id"]: json.loads(t)["status"] for t, _ in data["trial_data"]}
+    out = {}
+    for trial, meta in data["trial_data"]:
+        trial, meta = json.loads(trial), json.loads(meta)
+        out[trial["trial_id"]] = (trial["status"], int(meta["last_result"].get("training_iteration", 0)))
+    return out
 
 
-def _wait_until(proc, results: Path, timeout=300) -> tuple[dict, dict]:
-    """Until a trial has finished and another is running with epochs behind it."""
+def _check_resumed(results: Path, before: dict[str, int], known: dict[str, tuple[str, int]]) -> int:
+    """After a SIGKILL and a resume: trials finished in the snapshot got no new results, and the
+    others went on from the checkpoint the snapshot holds. The only epochs trained again are the
+    ones `results.jsonl` had logged past that snapshot (results arrive before the step's snapshot
+    is written and copied to storage). Returns how many trials continued from a checkpoint."""
+    trials = pd.read_csv(results / "trials.csv", keep_default_na=False).set_index("trial_id")
+    epochs = pd.read_csv(results / "epochs.csv")
+    after, continued = _progress(results), 0
+    for t, (status, k) in known.items():
+        if status == "TERMINATED":
+            assert after[t] == before[t] and trials.loc[t, "recomputed_epochs"] == 0
+            continue
+        logged_past_snapshot = max(0, before.get(t, 0) - k)
+        assert trials.loc[t, "recomputed_epochs"] <= logged_past_snapshot, (t, k, before.get(t))
+        curve = epochs[epochs["trial_id"] == t]
+        if k > 0 and len(curve) > k:  # ASHA may also have stopped it at the rung it had reached
+            assert curve["restored_from"].iloc[k] == k, curve[["training_iteration", "restored_from"]]
+            continued += 1
+    return continued
+
+
+def _wait_until(proc, results: Path, timeout=300) -> None:
+    """Until the snapshot has a trial finished and another running with epochs behind it."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.stdout.read()[-3000:]
-        progress, states = _progress(results), _states(results)
-        mid = [t for t, st in states.items() if st == "RUNNING" and progress.get(t, 0) > 0]
-        if "TERMINATED" in states.values() and mid:
-            return progress, states
+        known = _snapshot(results)
+        mid = [t for t, (st, k) in known.items() if st == "RUNNING" and k > 0]
+        if any(st == "TERMINATED" for st, _ in known.values()) and mid:
+            return
         time.sleep(0.2)
     raise AssertionError(f"no mid-run state within {timeout} s: {_progress(results)}")
 
@@ -103,28 +129,17 @@ def test_sigkill_mid_run_then_resume(tmp_path, strategy):
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     time.sleep(2)
-    progress, states = _progress(results), _states(results)
-    finished = {t for t, st in states.items() if st == "TERMINATED"}
-    midway = {t: n for t, n in progress.items() if states.get(t) in ("RUNNING", "PAUSED") and 0 < n < max_epochs}
-    assert finished and midway
+    progress, known = _progress(results), _snapshot(results)
+    assert any(st == "TERMINATED" for st, _ in known.values())
+    assert any(st in ("RUNNING", "PAUSED") and 0 < k < max_epochs for st, k in known.values())
 
     done = _run("--resume", str(results))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    trials, epochs = _check_tables(results, 6, max_epochs)
+    trials, _ = _check_tables(results, 6, max_epochs)
     run = json.loads((results / "run.json").read_text())
     assert run["status"] == "finished" and run["resumes"] == 1
-    after = _progress(results)
-    assert all(after[t] == progress[t] for t in finished)  # no finished trial ran again
-    # The trials caught mid-way continued from their last checkpoint: no finished epoch was
-    # trained twice, and their first epoch after the resume says where it picked up.
-    assert trials["recomputed_epochs"].sum() == 0 and run["recomputed_epochs"] == 0
-    continued = 0
-    for t, n in midway.items():
-        curve = epochs[epochs["trial_id"] == t]
-        if len(curve) > n:  # the scheduler may also have stopped it at the rung it had reached
-            assert curve["restored_from"].iloc[n] == n, curve[["training_iteration", "restored_from"]]
-            continued += 1
-    assert continued
+    assert run["recomputed_epochs"] == trials["recomputed_epochs"].sum()
+    assert _check_resumed(results, progress, known)
 
 
 @pytest.mark.timeout(600)

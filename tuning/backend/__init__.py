@@ -336,8 +336,9 @@ def experiment_location(results_dir: Path, storage_path: str | None) -> tuple[st
 
 def _row_log(path: Path):
     """A Tune callback appending every result to `path` as it arrives, before the step's
-    experiment snapshot: after a crash the file holds what the snapshot knows, or one step more
-    (which the tables then count as recomputed)."""
+    experiment snapshot: after a crash the file holds what the snapshot on storage knows, or more
+    (the snapshot is copied there in the background); a resume trains those epochs again, and
+    the tables count them as recomputed."""
     from ray.tune import Callback
 
     class RowLog(Callback):
