@@ -4,10 +4,13 @@ nothing already on disk changed."""
 import hashlib
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from tuning.run import main
 
 GOOD = '''
@@ -80,6 +83,16 @@ def test_malformed_space(capsys, workdir, case):
 ])
 def test_bad_flags(capsys, workdir, argv, needle):
     _refused(capsys, argv + ["--results-dir", str(workdir / "new")], needle, workdir)
+
+
+@pytest.mark.parametrize("command,positional", [("run", []), ("compare", ["experiments/counting_ones"]),
+                                                ("report", ["results"]), ("bench", []), ("doctor", [])])
+def test_every_command_names_an_unknown_flag_in_one_line(command, positional):
+    # A typo in a flag is the commonest bad input; argparse's own answer is the whole usage dump.
+    done = subprocess.run([sys.executable, "-m", f"tuning.{command}", *positional, "--adress", "auto"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [f"tuning.{command}: error: unrecognized arguments: --adress auto (see --help)"]
 
 
 def test_resume_of_a_missing_dir(capsys, workdir):

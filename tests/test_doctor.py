@@ -41,8 +41,3 @@ def test_doctor_flags_a_corrupt_cifar10(tmp_path):
     assert done.returncode == 1
     assert "FAIL  data" in done.stdout and "fix: delete cifar-10-batches-py" in done.stdout
 
-
-def test_an_unknown_flag_is_one_line_and_exit_2():
-    done = _doctor("--adress", "auto")
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip().splitlines() == ["tuning.doctor: error: unrecognized arguments: --adress auto (see --help)"]

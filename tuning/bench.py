@@ -16,7 +16,6 @@ shared machine drift. Sections:
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import os
@@ -29,7 +28,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tuning import data, distributed, results, trainer
+from tuning import cli, data, distributed, results, trainer
 
 SECTIONS = ("overhead", "trial", "throughput", "data", "memory", "scheduler", "ddp")
 GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50",
@@ -322,11 +321,15 @@ def _row(section: str, metric: str, value: float, unit: str, detail: str) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tuning.bench", description=__doc__.split("\n\n")[0])
+    p = cli.Parser(prog="python -m tuning.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller sizes: a minute or two")
     p.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
     p.add_argument("--out", default=None, help="results folder (default results/bench-<time>)")
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except cli.UsageError as exc:
+        print(f"tuning.bench: error: {exc}", file=sys.stderr)
+        return 2
     out = Path(args.out or f"results/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     rows = []

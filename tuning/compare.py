@@ -10,7 +10,6 @@ At the end it writes runs.csv/.parquet, experiment.json, provenance.json and the
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import logging
 import sys
@@ -20,8 +19,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tuning import data, report, results, spaces
+from tuning import cli, data, report, results, spaces
 from tuning.backend import ClusterError
+from tuning.cli import UsageError
 
 log = logging.getLogger("tuning.compare")
 
@@ -36,10 +36,6 @@ class Experiment:
     cpus_per_trial: float | None = None
     smoke: dict = field(default_factory=dict)  # overrides under --smoke: budget, seeds, max_epochs
     description: str = ""
-
-
-class UsageError(Exception):
-    """Bad input: exit 2 with this one-line message."""
 
 
 def load_experiment(path: str) -> tuple[str, Experiment]:
@@ -181,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     argv = sys.argv[1:] if argv is None else list(argv)
-    p = argparse.ArgumentParser(prog="python -m tuning.compare", description=__doc__.split("\n\n")[0])
+    p = cli.Parser(prog="python -m tuning.compare", description=__doc__.split("\n\n")[0])
     p.add_argument("experiment", help="an experiment declaration, e.g. experiments/counting_ones")
     p.add_argument("--smoke", action="store_true", help="the experiment's CI-sized settings")
     p.add_argument("--seeds", type=int, help="run seeds 0..N-1 instead of the experiment's")
@@ -192,8 +188,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="run on the Ray cluster there instead of starting a local Ray")
     p.add_argument("--storage-path", metavar="DIR|URI",
                    help="where Tune keeps experiments and checkpoints: a folder every node reaches, or s3://...")
-    args = p.parse_args(argv)
     try:
+        args = p.parse_args(argv)
         name, exp = load_experiment(args.experiment)
         if args.seeds is not None and args.seeds < 1:
             raise UsageError(f"--seeds must be at least 1, got {args.seeds}")

@@ -9,7 +9,6 @@ something did, 2 for bad flags.
 
 from __future__ import annotations
 
-import argparse
 import logging
 import shutil
 import sys
@@ -17,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuning import data, results
+from tuning import cli, data, results
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 MIN_FREE_GB = 2.0  # a CIFAR run keeps two checkpoints per trial (~1 MB each) plus logs: 2 GB is ample
@@ -155,21 +154,19 @@ def check_live(backend, info: dict) -> list[dict]:
                   f"in {took:.1f} s (loss {row['loss']:.3f}, peak RSS {row.get('peak_rss_mb', 0):.0f} MB)")]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line and exit 2, not argparse's usage dump
-        print(f"tuning.doctor: error: {message} (see --help)", file=sys.stderr)
-        sys.exit(2)
-
-
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("tuning.data").setLevel(logging.ERROR)  # "generating synthetic data" for the live check
-    p = _Parser(prog="python -m tuning.doctor", description=__doc__.split("\n\n")[0])
+    p = cli.Parser(prog="python -m tuning.doctor", description=__doc__.split("\n\n")[0])
     p.add_argument("--address", metavar="auto|HOST:PORT", help="check the Ray cluster there instead of a local Ray")
     p.add_argument("--data-dir", default="./data", help="where CIFAR-10 should be (default ./data)")
     p.add_argument("--results-dir", default="results", help="where results will go (default ./results)")
     p.add_argument("--no-live", action="store_true", help="skip the live one-trial run")
-    args = p.parse_args(argv)
+    try:
+        args = p.parse_args(argv)
+    except cli.UsageError as exc:
+        print(f"tuning.doctor: error: {exc}", file=sys.stderr)
+        return 2
 
     from tuning import backend
 

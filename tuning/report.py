@@ -8,7 +8,6 @@ so deleting the report and running this again gives the same report.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import json
@@ -21,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from scipy import stats
+
+from tuning import cli
 
 log = logging.getLogger(__name__)
 
@@ -530,19 +531,14 @@ def write_report(out_dir: Path) -> dict:
             "table": summary["table"], "tests": summary["tests"]}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not argparse's usage dump
-        raise ReportError(f"{message} (see --help)")
-
-
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m tuning.report", description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(prog="python -m tuning.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("dir", help="folder written by python -m tuning.compare (runs.csv, experiment.json, ...)")
     try:
         args = parser.parse_args(argv)
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         paths = write_report(Path(args.dir))
-    except (ReportError, OSError) as exc:  # OSError: the folder cannot be written
+    except (ReportError, cli.UsageError, OSError) as exc:  # OSError: the folder cannot be written
         print(f"tuning.report: error: {exc}", file=sys.stderr)
         return 2
     print(f"Report: {paths['html']} and {paths['markdown']}")

@@ -14,7 +14,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuning import data, results, spaces
+from tuning import cli, data, results, spaces
+from tuning.cli import UsageError
 from tuning.backend import ClusterError as _ClusterError  # no Ray import: that waits for a valid run
 
 log = logging.getLogger("tuning.run")
@@ -27,17 +28,8 @@ SMOKE = {"num_samples": 8, "max_epochs": 2, "grid_repeats": 1, "synthetic_train"
 SMOKE_BOHB = {**SMOKE, "num_samples": 9, "max_epochs": 3}
 
 
-class UsageError(Exception):
-    """Bad input: exit 2 with this one-line message."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, not argparse's usage dump
-        raise UsageError(f"{message} (see --help)")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m tuning.run", description=__doc__.split("\n\n")[0],
+    p = cli.Parser(prog="python -m tuning.run", description=__doc__.split("\n\n")[0],
                 epilog="Flags override what the space file declares.")
     p.add_argument("--space", help="search space: a module under search_spaces/ (e.g. cifar_asha); required "
                                    "unless --resume")
