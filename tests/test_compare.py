@@ -1,10 +1,8 @@
 """tuning.compare end to end: counting ones in smoke size through real Ray, then the report."""
 
 import json
-import os
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
@@ -90,7 +88,6 @@ def test_report_regenerates_from_runs_csv(smoke):
 def test_rerun_skips_finished_runs(smoke):
     out = smoke[1]
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")}
-    started = time.monotonic()
     proc = _compare("experiments/counting_ones", "--smoke", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("finished in an earlier invocation, kept") == 8

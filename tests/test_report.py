@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tuning import report
+from tuning import analysis, report
 
 DIMS, MAX_T, BUDGET = 8, 3, 12  # counting ones with 8 dims; 3 iterations = 1 full evaluation
 
@@ -98,21 +98,21 @@ def test_incumbent_is_monotone_on_the_grid():
     run = pd.DataFrame({"consumed_budget": np.cumsum(rng.uniform(0, 1, n)), "value": rng.normal(size=n),
                         "full_fidelity": rng.uniform(size=n) < 0.5})
     grid = np.linspace(0, run["consumed_budget"].max() + 1, 300)
-    inc = report.incumbent_on_grid(run, grid)
+    inc = analysis.incumbent_on_grid(run, grid)
     defined = inc[~np.isnan(inc)]
     assert len(defined) > 200 and np.all(np.diff(defined) <= 0)
     assert np.isnan(inc[0])  # before the first full-fidelity result: undefined, not drawn
     assert np.all(np.isnan(inc[:np.argmax(~np.isnan(inc))]))
     assert defined[-1] == run.loc[run["full_fidelity"], "value"].min()
     # mode max: non-decreasing
-    up = report.incumbent_on_grid(run, grid, sign=-1)
+    up = analysis.incumbent_on_grid(run, grid, sign=-1)
     assert np.all(np.diff(up[~np.isnan(up)]) >= 0)
 
 
 def test_mean_curves_are_monotone_and_need_every_seed(tmp_path):
-    runs, exp, _ = report.load(make_dir(tmp_path / "cmp"))
+    runs, exp, _ = analysis.load(make_dir(tmp_path / "cmp"))
     grid = np.geomspace(0.1, BUDGET, 100)
-    curves = report.anytime_curves(runs, ["random", "asha"], grid, "consumed_budget", 1)
+    curves = analysis.anytime_curves(runs, ["random", "asha"], grid, "consumed_budget", 1)
     for c in curves.values():
         m = c["mean"][~np.isnan(c["mean"])]
         assert c["n"] == 3 and len(m) > 50 and np.all(np.diff(m) <= 1e-12)
@@ -123,7 +123,7 @@ def test_incumbent_ignores_low_fidelity_rows():
     run = pd.DataFrame({"consumed_budget": [1 / 3, 2 / 3, 1.0, 4 / 3, 2.0],
                         "value": [-100.0, -50.0, -1.0, -99.0, -2.0],
                         "full_fidelity": [False, False, True, False, True]})
-    inc = report.incumbent_on_grid(run, [0.5, 1.0, 1.5, 2.0])
+    inc = analysis.incumbent_on_grid(run, [0.5, 1.0, 1.5, 2.0])
     assert np.isnan(inc[0]) and list(inc[1:]) == [-1.0, -1.0, -2.0]
 
 

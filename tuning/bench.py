@@ -110,7 +110,6 @@ def bench_trial(quick: bool) -> list[dict]:
 def bench_scheduler(quick: bool) -> list[dict]:
     from tuning import spaces
 
-    cpus = os.cpu_count() or 1
     n_img = 256 if quick else 512
     source = _synthetic(n_img)
     bohb = _tune(spaces.load("cifar_bohb"), "bohb", num_samples=9, max_epochs=3, cpus=1, source=source,
