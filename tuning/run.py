@@ -200,8 +200,8 @@ def _main(argv: list[str]) -> int:
     created = _prepare_results_dir(results_dir)
     lock = _lock(results_dir)
     try:
-        source, backend = _data_and_ray(space, plan, args)
-        cpus, gpus, workers = _resources(space, args, backend.cluster_info())
+        source, backend, cluster = _data_and_ray(space, plan, args)
+        cpus, gpus, workers = _resources(space, args, cluster)
     except BaseException:
         lock.release()
         if created and results_dir.exists() and not any(p.name != ".lock" for p in results_dir.iterdir()):
@@ -225,8 +225,9 @@ def _data_and_ray(space: spaces.Space, plan: dict, args):
     from tuning import backend  # importing Ray costs seconds: only once the flags are good
 
     backend.start_ray(address=args.address, worker_logs=args.worker_logs)
-    plan["address"] = backend.cluster_info()["address"] if args.address else None
-    return source, backend
+    cluster = backend.cluster_info()
+    plan["address"] = cluster["address"] if args.address else None
+    return source, backend, cluster
 
 
 def _resume(args) -> int:
@@ -243,7 +244,7 @@ def _resume(args) -> int:
                          "(start a new run to tune again)")
     _lock(results_dir)
     space = spaces.load(plan["space"])
-    source, backend = _data_and_ray(space, plan, args)
+    source, backend, _ = _data_and_ray(space, plan, args)
     print(f"Resuming {plan['space']} ({plan['strategy']}) in {results_dir}", flush=True)
     return _execute(space, plan, source, results_dir, backend, resume=True)
 
