@@ -78,6 +78,14 @@ def test_epochs_table_holds_the_learning_curves(asha_run):
     assert epochs["loss"].notna().all()
 
 
+def test_tune_per_trial_loggers_are_off_without_the_flag(asha_run):
+    # They cost time with many short trials (README: Performance); --tune-logs turns them on.
+    _, results = asha_run
+    assert list((results / "tune").glob("*/checkpoint_*"))
+    for pattern in ("*/progress.csv", "*/result.json", "*/events.out.tfevents.*"):
+        assert not list((results / "tune").glob(pattern)), pattern
+
+
 def test_best_config_and_run_record(asha_run):
     _, results = asha_run
     best = json.loads((results / "best_config.json").read_text())

@@ -25,7 +25,7 @@ def _reporter_table_shown(out: str):
 
 @pytest.fixture(scope="module")
 def bohb(tmp_path_factory):
-    return _run(tmp_path_factory, "bohb", "--space", "cifar_bohb")
+    return _run(tmp_path_factory, "bohb", "--space", "cifar_bohb", "--tune-logs")
 
 
 def test_bohb_pauses_and_resumes_trials_from_their_checkpoints(bohb):
@@ -51,6 +51,17 @@ def test_bohb_configs_are_plain_everywhere(bohb):
     best = json.loads((results / "best_config.json").read_text())
     assert type(best["config"]["batch_size"]) is int
     assert pd.read_csv(results / "trials.csv")["batch_size"].isin([64, 128, 256, 512]).all()
+
+
+def test_tune_logs_flag_writes_each_trials_tensorboard_and_progress_files(bohb):
+    # This run was given --tune-logs: Tune's own per-trial logs, across BOHB's pauses and resumes.
+    _, results = bohb
+    trials = pd.read_csv(results / "trials.csv")
+    for trial_id, epochs in zip(trials["trial_id"], trials["epochs"]):
+        folder = results / "tune" / trial_id
+        assert list(folder.glob("events.out.tfevents.*")), sorted(p.name for p in folder.iterdir())
+        assert pd.read_csv(folder / "progress.csv")["training_iteration"].max() == epochs
+        assert json.loads((folder / "result.json").read_text().splitlines()[-1])["training_iteration"] == epochs
 
 
 @pytest.mark.slow

@@ -43,7 +43,7 @@ def _synthetic(n_train: int):
 
 
 def _tune(space, strategy: str, *, num_samples: int, max_epochs: int, cpus: float, source=None,
-          max_train=None, max_val=None):
+          max_train=None, max_val=None, tune_logs=False):
     """One experiment through the same backend.run path as tuning.run; returns the recorder."""
     import tempfile
 
@@ -54,7 +54,8 @@ def _tune(space, strategy: str, *, num_samples: int, max_epochs: int, cpus: floa
     with tempfile.TemporaryDirectory() as d:
         spec = backend.RunSpec(space=space, strategy=strategy, num_samples=num_samples, max_epochs=max_epochs,
                                seed=0, cpus_per_trial=cpus, gpus_per_trial=0, source=source, results_dir=Path(d),
-                               max_train=max_train, max_val=max_val, progress=False, callbacks=[rec])
+                               max_train=max_train, max_val=max_val, progress=False, callbacks=[rec],
+                               tune_logs=tune_logs)
         started = time.perf_counter()
         backend.run(spec)
         rec.wall_s = time.perf_counter() - started
@@ -81,6 +82,7 @@ def bench_overhead(quick: bool) -> list[dict]:
     space = Space(params={"x": Uniform(0.0, 1.0)}, trainer="tuning.bench:busy", fixed={"seconds": t},
                   gpus_per_trial=0)
     rec = _tune(space, "random", num_samples=n, max_epochs=1, cpus=1)
+    logged = _tune(space, "random", num_samples=n, max_epochs=1, cpus=1, tune_logs=True)
     ideal = n * t / cpus
     loop = max(r["wall_s"] for r in rec.rows) - min(rec.starts.values())
     detail = f"{n} trials x {t:g} s of CPU work on {cpus} CPUs; ideal {ideal:g} s"
@@ -88,7 +90,9 @@ def bench_overhead(quick: bool) -> list[dict]:
             _row("overhead", "harness_overhead_ratio_loop", loop / ideal, "x",
                  f"first trial start to last result / ideal; {detail}"),
             _row("overhead", "start_to_first_trial_s", min(rec.starts.values()), "s",
-                 "tune.run called to the first trial running: a trial process starting, importing its trainable")]
+                 "tune.run called to the first trial running: a trial process starting, importing its trainable"),
+            _row("overhead", "harness_overhead_ratio_tune_logs", logged.wall_s / ideal, "x",
+                 f"the same with Tune's per-trial loggers on (tuning.run --tune-logs); {detail}")]
 
 
 def bench_trial(quick: bool) -> list[dict]:

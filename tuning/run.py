@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-failures", type=int, default=2,
                    help="retry a trial whose training raises up to this many times, from its last "
                         "checkpoint, before marking it failed (default 2)")
+    p.add_argument("--tune-logs", action="store_true",
+                   help="also write Tune's own per-trial logs (TensorBoard events, progress.csv, result.json) "
+                        "to each trial's folder; with many short trials they cost time (README: Performance)")
     p.add_argument("--worker-logs", action="store_true",
                    help="forward trial processes' output (Ray's INFO lines included) to this terminal")
     p.add_argument("--smoke", action="store_true",
@@ -191,6 +194,7 @@ def _main(argv: list[str]) -> int:
         "space": space.name, "strategy": strategy, "seed": seed, "argv": argv, "num_samples": num_samples,
         "max_epochs": args.max_epochs or smoke.get("max_epochs") or space.max_epochs,
         "max_failures": args.max_failures, "smoke": smoke, "storage_path": args.storage_path,
+        "tune_logs": args.tune_logs,
         "data_args": {"kind": args.data or ("synthetic" if args.smoke else "auto"),
                       "data_dir": str(Path(args.data_dir).absolute()), "seed": seed,
                       "synthetic_train": smoke.get("synthetic_train", 50_000),
@@ -267,7 +271,7 @@ def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend
         gpus_per_trial=plan["resources_per_trial"]["gpu"], source=source, results_dir=results_dir,
         workers_per_trial=plan["workers_per_trial"], max_train=smoke.get("max_train"),
         max_val=smoke.get("max_val"), max_failures=plan["max_failures"], resume=resume,
-        storage_path=plan.get("storage_path"))
+        storage_path=plan.get("storage_path"), tune_logs=plan.get("tune_logs", False))
     records, interrupted = backend.run(spec)
     backend.stop_ray()
 

@@ -32,7 +32,8 @@ os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_
 # Tune's per-trial loggers (result.json, progress.csv, TensorBoard) stay off: they live in a
 # staging folder that every experiment snapshot copies to storage whole, so with a snapshot per
 # step that copy never stopped, and 100 trials of 0.5 s took 1.7-3.2x their ideal time
-# (tuning.bench, overhead). The rows go to one results.jsonl instead, written as they arrive.
+# (tuning.bench, overhead). The rows go to one results.jsonl instead, written as they arrive;
+# RunSpec.tune_logs (tuning.run --tune-logs) brings the loggers back, at that cost.
 os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
 
 REPORTED = ["loss", "accuracy", "training_iteration"]
@@ -257,6 +258,8 @@ class RunSpec:
     # Snapshot the experiment after every step, so a crash loses at most the epoch in flight
     # (tuning.run). Comparisons, rerun rather than resumed, keep Tune's adaptive period.
     snapshot_every_step: bool = True
+    # Tune's per-trial result.json, progress.csv and TensorBoard events in each trial's folder.
+    tune_logs: bool = False
     callbacks: list = field(default_factory=list)
 
     @property
@@ -312,7 +315,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
         raise_on_failed_trial=False,
         max_failures=spec.max_failures,
         resume=True if spec.resume else None,
-        callbacks=[_row_log(spec.rows_file), *spec.callbacks],
+        callbacks=[_row_log(spec.rows_file), *(_tune_loggers() if spec.tune_logs else []), *spec.callbacks],
     )
     interrupted = tune_handler_set and signal.getsignal(signal.SIGINT) is before
     signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
@@ -332,6 +335,12 @@ def experiment_location(results_dir: Path, storage_path: str | None) -> tuple[st
     if storage_path is None:
         return str(results_dir.absolute()), EXPERIMENT_NAME
     return storage_path, results_dir.name
+
+
+def _tune_loggers() -> list:
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+
+    return [JsonLoggerCallback(), CSVLoggerCallback(), TBXLoggerCallback()]
 
 
 def _row_log(path: Path):
