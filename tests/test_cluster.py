@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -106,3 +107,40 @@ def test_job_submit_runs_the_smoke_experiment(cluster, tmp_path):
     trials = pd.read_csv(results / "trials.csv")
     assert len(trials) == 8 and (trials["status"] == "TERMINATED").all()
 
+
+
+def test_token_auth_the_right_token_joins_a_wrong_one_is_one_clear_line(tmp_path):
+    # A head as `ray start --head` starts one on a real machine (not cluster_utils): with a token
+    # in its HOME, Ray 2.60 turns token authentication on. Its own HOME and temp dir keep this
+    # machine's token and the other tests' Ray apart.
+    import ray
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_AUTH", "RAY_ADDRESS"))}
+    env["HOME"] = str(tmp_path)
+    ray_cli, port = str(Path(sys.executable).with_name("ray")), _free_port()
+    subprocess.run([ray_cli, "get-auth-token", "--generate"], env=env, check=True, capture_output=True, timeout=60)
+    session = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # short: Ray's socket paths live under it
+    head = subprocess.Popen([ray_cli, "start", "--head", "--block", f"--port={port}", "--num-cpus=1",
+                             "--include-dashboard=false", f"--temp-dir={session}"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        address = f"{ray.util.get_node_ip_address()}:{port}"
+        # The token in ~/.ray/auth_token, HOST:PORT named: Ray alone would join without it. The
+        # live check runs a real trial, whose worker must call back to the driver with the token.
+        done = subprocess.run([sys.executable, "-m", "tuning.doctor", "--address", address], cwd=ROOT,
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+        assert f"OK    ray          cluster at {address}" in done.stdout and "OK    live trial" in done.stdout
+        # A wrong token: one line says what to fix, at once (ray.init alone retries for 20 s).
+        done = subprocess.run([sys.executable, "-m", "tuning.run", "--address", address, "--space", "counting_ones",
+                               "--smoke", "--results-dir", str(tmp_path / "results")], cwd=ROOT, capture_output=True,
+                              env={**env, "RAY_AUTH_TOKEN": "not-the-token"},
+                              text=True, timeout=120)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-3000:]
+        assert done.stderr.strip().splitlines() == [(
+            f"tuning.run: error: --address {address}: the cluster refused this driver's auth token (missing or "
+            "wrong); put the head's `ray get-auth-token` in ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN")]
+        assert not (tmp_path / "results").exists()  # refused before anything was written
+    finally:
+        os.killpg(head.pid, signal.SIGKILL)  # `ray start --block` and the head's processes with it
+        head.wait(timeout=60)

@@ -68,17 +68,68 @@ def start_ray(num_cpus: int | None = None, address: str | None = None,
         else:
             if address != "auto":
                 _check_reachable(address)
+                _check_token(address)
             try:
                 ray.init(address=address, log_to_driver=worker_logs)
-            except ConnectionError as exc:  # "auto" with no cluster on this machine
-                raise ClusterError(f"--address {address}: {str(exc).splitlines()[0]} Start one with "
-                                   "`ray start --head`, or give HOST:PORT of its head") from None
-            except ray.exceptions.AuthenticationError as exc:
-                raise ClusterError(f"--address {address}: the cluster refused this machine's token "
-                                   f"({exc.message}); set RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH to the "
-                                   "cluster's token (`ray get-auth-token` on the head)") from None
+            except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
+                raise ClusterError(_refusal(address, exc)) from None
         quiet_ray_logging()
     return dict(ray.cluster_resources())
+
+
+AUTH_REFUSED = ("--address {address}: the cluster refused this driver's auth token (missing or wrong); put the "
+                "head's `ray get-auth-token` in ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN")
+
+
+def _check_token(address: str) -> None:
+    """Ray picks up this machine's token (RAY_AUTH_TOKEN[_PATH], ~/.ray/auth_token) by itself
+    only for --address auto: naming the head's HOST:PORT, a driver joined without it and was
+    refused, after 20 s of retries. So ask the head (one GCS call, milliseconds) whether it
+    wants a token, and whether it takes ours. Turning token mode on for a head that has auth off
+    is no fix either: its workers then cannot call the driver, and every trial's actor dies."""
+    import os
+
+    from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+
+    if not _auth_refused(address):
+        return
+    if ("RAY_AUTH_MODE" not in os.environ and maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
+            and not _auth_refused(address)):
+        return
+    raise ClusterError(AUTH_REFUSED.format(address=address))
+
+
+def _auth_refused(address: str) -> bool:
+    import os
+    import sys
+
+    from ray._raylet import GcsClient
+    from ray.exceptions import AuthenticationError
+
+    # The refused call also logs a C++ warning to stderr; the refusal is the answer we asked for.
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        GcsClient(address=address)
+    except AuthenticationError:
+        return True
+    except Exception:  # anything else, ray.init meets and reports
+        return False
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+    return False
+
+
+def _refusal(address: str, exc: Exception) -> str:
+    """One line for a failed join. A wrong token met by ray.init surfaces as a ConnectionError
+    (after Ray's retries) whose cause is the AuthenticationError."""
+    if "AuthenticationError" in f"{type(exc).__name__} {exc.__cause__!r}":
+        return AUTH_REFUSED.format(address=address)
+    return (f"--address {address}: {str(exc).splitlines()[0]}. Start one with `ray start --head`, "
+            "or give HOST:PORT of its head")
 
 
 def cluster_info() -> dict:
