@@ -46,8 +46,11 @@ def _progress(results: Path) -> dict[str, int]:
 
 
 def _snapshot(results: Path) -> dict[str, tuple[str, int]]:
-    """Each trial's (status, last epoch) in Tune's latest experiment snapshot on storage: what a
-    resume starts from."""
+    """Each trial's (status, epoch of its latest checkpoint) in Tune's latest experiment snapshot
+    on storage: what a resume starts from. Not its last result: Tune registers a checkpoint one
+    event after the result it came with, so a snapshot can be one epoch ahead in results."""
+    from ray.tune.trainable.metadata import _TrainingRunMetadata
+
     snapshots = sorted((results / "tune").glob("experiment_state-*.json"))
     if not snapshots:
         return {}
@@ -57,16 +60,19 @@ def _snapshot(results: Path) -> dict[str, tuple[str, int]]:
         return {}
     out = {}
     for trial, meta in data["trial_data"]:
-        trial, meta = json.loads(trial), json.loads(meta)
-        out[trial["trial_id"]] = (trial["status"], int(meta["last_result"].get("training_iteration", 0)))
+        checkpoints = _TrainingRunMetadata.from_json_state(meta).checkpoint_manager
+        latest = checkpoints.latest_checkpoint_result if checkpoints else None
+        trial = json.loads(trial)
+        out[trial["trial_id"]] = (trial["status"], int(latest.metrics["training_iteration"]) if latest else 0)
     return out
 
 
 def _check_resumed(results: Path, before: dict[str, int], known: dict[str, tuple[str, int]]) -> int:
     """After a SIGKILL and a resume: trials finished in the snapshot got no new results, and the
     others went on from the checkpoint the snapshot holds. The only epochs trained again are the
-    ones `results.jsonl` had logged past that snapshot (results arrive before the step's snapshot
-    is written and copied to storage). Returns how many trials continued from a checkpoint."""
+    ones `results.jsonl` had logged past that checkpoint (a result is logged as it arrives; its
+    checkpoint is registered an event later, and the snapshot is copied to storage in the
+    background). Returns how many trials continued from a checkpoint."""
     trials = pd.read_csv(results / "trials.csv", keep_default_na=False).set_index("trial_id")
     epochs = pd.read_csv(results / "epochs.csv")
     after, continued = _progress(results), 0
@@ -74,8 +80,8 @@ def _check_resumed(results: Path, before: dict[str, int], known: dict[str, tuple
         if status == "TERMINATED":
             assert after[t] == before[t] and trials.loc[t, "recomputed_epochs"] == 0
             continue
-        logged_past_snapshot = max(0, before.get(t, 0) - k)
-        assert trials.loc[t, "recomputed_epochs"] <= logged_past_snapshot, (t, k, before.get(t))
+        logged_past_checkpoint = max(0, before.get(t, 0) - k)
+        assert trials.loc[t, "recomputed_epochs"] <= logged_past_checkpoint, (t, k, before.get(t))
         curve = epochs[epochs["trial_id"] == t]
         if k > 0 and len(curve) > k:  # ASHA may also have stopped it at the rung it had reached
             assert curve["restored_from"].iloc[k] == k, curve[["training_iteration", "restored_from"]]
@@ -130,6 +136,7 @@ def test_sigkill_mid_run_then_resume(tmp_path, strategy):
     proc.wait()
     time.sleep(2)
     progress, known = _progress(results), _snapshot(results)
+    assert known, "no readable experiment snapshot after the kill: a resume would have nothing to start from"
     assert any(st == "TERMINATED" for st, _ in known.values())
     assert any(st in ("RUNNING", "PAUSED") and 0 < k < max_epochs for st, k in known.values())
 
