@@ -3,6 +3,7 @@ nothing already on disk changed."""
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,21 @@ def test_every_command_names_an_unknown_flag_in_one_line(command, positional):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == [f"tuning.{command}: error: unrecognized arguments: --adress auto (see --help)"]
+
+
+def test_address_auto_with_no_cluster_on_the_machine(tmp_path):
+    # "auto" finds a cluster through RAY_ADDRESS or Ray's address file in RAY_TMPDIR: here neither.
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env["RAY_TMPDIR"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "tuning.run", "--address", "auto", "--space", "counting_ones",
+                           "--smoke", "--results-dir", str(tmp_path / "results")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [
+        "tuning.run: error: --address auto: Could not find any running Ray instance. Please specify the one to "
+        "connect to by setting `--address` flag or `RAY_ADDRESS` environment variable. Start one with "
+        "`ray start --head`, or give HOST:PORT of its head"]
+    assert not (tmp_path / "results").exists()
 
 
 def test_resume_of_a_missing_dir(capsys, workdir):

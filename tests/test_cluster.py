@@ -3,6 +3,7 @@ machine, a head and a second node of 1 CPU each, joined with --address as a user
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -79,6 +80,7 @@ def test_killed_driver_resumes_on_the_cluster(cluster, tmp_path):
     proc.wait()
     time.sleep(2)
     progress, known = _progress(results), _snapshot(results)
+    assert known, "no readable experiment snapshot after the kill"
     assert any(st == "TERMINATED" for st, _ in known.values())
 
     done = _cli("tuning.run", "--resume", str(results), "--address", cluster.address)
@@ -141,6 +143,11 @@ def test_token_auth_the_right_token_joins_a_wrong_one_is_one_clear_line(tmp_path
             f"tuning.run: error: --address {address}: the cluster refused this driver's auth token (missing or "
             "wrong); put the head's `ray get-auth-token` in ~/.ray/auth_token, RAY_AUTH_TOKEN_PATH or RAY_AUTH_TOKEN")]
         assert not (tmp_path / "results").exists()  # refused before anything was written
+        # Auth turned off on this side: the line names that, not the token.
+        done = subprocess.run([sys.executable, "-m", "tuning.doctor", "--address", address, "--no-live"], cwd=ROOT,
+                              env={**env, "RAY_AUTH_MODE": "disabled"}, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1 and "RAY_AUTH_MODE=disabled here keeps this driver from sending one" in done.stdout
     finally:
         os.killpg(head.pid, signal.SIGKILL)  # `ray start --block` and the head's processes with it
         head.wait(timeout=60)
+        shutil.rmtree(session, ignore_errors=True)

@@ -258,7 +258,8 @@ class RunSpec:
     # Snapshot the experiment after every step, so a crash loses at most the epoch in flight
     # (tuning.run). Comparisons, rerun rather than resumed, keep Tune's adaptive period.
     snapshot_every_step: bool = True
-    # Tune's per-trial result.json, progress.csv and TensorBoard events in each trial's folder.
+    # Tune's per-trial loggers (TensorBoard, progress.csv): off, because with many short trials
+    # they cost more than the trials (tuning.bench); on for users who read TensorBoard.
     tune_logs: bool = False
     callbacks: list = field(default_factory=list)
 

@@ -93,9 +93,12 @@ def _check_token(address: str) -> None:
 
     if not _auth_refused(address):
         return
-    if ("RAY_AUTH_MODE" not in os.environ and maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
-            and not _auth_refused(address)):
+    mode = os.environ.get("RAY_AUTH_MODE")
+    if mode is None and maybe_enable_token_auth_if_token_available(warn_if_disabled=False) and not _auth_refused(address):
         return
+    if mode is not None and mode.lower() != "token":
+        raise ClusterError(f"--address {address}: the cluster wants an auth token, and RAY_AUTH_MODE={mode} here "
+                           "keeps this driver from sending one; unset RAY_AUTH_MODE or set it to token")
     raise ClusterError(AUTH_REFUSED.format(address=address))
 
 
@@ -108,18 +111,18 @@ def _auth_refused(address: str) -> bool:
 
     # The refused call also logs a C++ warning to stderr; the refusal is the answer we asked for.
     sys.stderr.flush()
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    try:
-        GcsClient(address=address)
-    except AuthenticationError:
-        return True
-    except Exception:  # anything else, ray.init meets and reports
-        return False
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
+    with open(os.devnull, "w") as devnull:
+        saved = os.dup(2)
+        try:
+            os.dup2(devnull.fileno(), 2)
+            GcsClient(address=address)
+        except AuthenticationError:
+            return True
+        except Exception:  # anything else, ray.init meets and reports
+            return False
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
     return False
 
 
@@ -128,8 +131,8 @@ def _refusal(address: str, exc: Exception) -> str:
     (after Ray's retries) whose cause is the AuthenticationError."""
     if "AuthenticationError" in f"{type(exc).__name__} {exc.__cause__!r}":
         return AUTH_REFUSED.format(address=address)
-    return (f"--address {address}: {str(exc).splitlines()[0]}. Start one with `ray start --head`, "
-            "or give HOST:PORT of its head")
+    first = (str(exc).splitlines() or [type(exc).__name__])[0].rstrip(".")
+    return f"--address {address}: {first}. Start one with `ray start --head`, or give HOST:PORT of its head"
 
 
 def cluster_info() -> dict:
