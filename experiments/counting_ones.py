@@ -1,4 +1,4 @@
-"""Counting ones, 16 dimensions (BOHB paper, section 5.1): all four strategies, 10 seeds, 100 full
+"""Counting ones, 16 dimensions (BOHB paper, section 5.1): all five strategies, 10 seeds, 100 full
 evaluations (81 iterations each) per strategy run."""
 
 from tuning.compare import Experiment
@@ -7,7 +7,7 @@ EXPERIMENT = Experiment(
     space="counting_ones",
     budget=100,  # full evaluations (b = 729 samples) per run: what random search gets 100 tries at
     seeds=tuple(range(10)),
-    strategies=("grid", "random", "asha", "bohb"),
+    strategies=("grid", "random", "asha", "hyperband", "bohb"),
     smoke={"budget": 4, "seeds": 2},
     description="Counting ones (Falkner, Klein & Hutter, ICML 2018): 8 binary and 8 continuous "
                 "parameters, budget b = 9 t samples for t = 1..81; regret = loss / 16 + 1.",

@@ -1,4 +1,4 @@
-"""Multi-fidelity Hartmann-6: all four strategies, 10 seeds, 100 full evaluations (27 iterations
+"""Multi-fidelity Hartmann-6: all five strategies, 10 seeds, 100 full evaluations (27 iterations
 each) per strategy run."""
 
 from tuning.compare import Experiment
@@ -7,7 +7,7 @@ EXPERIMENT = Experiment(
     space="mf_hartmann",
     budget=100,
     seeds=tuple(range(10)),
-    strategies=("grid", "random", "asha", "bohb"),
+    strategies=("grid", "random", "asha", "hyperband", "bohb"),
     smoke={"budget": 4, "seeds": 2},
     description="Hartmann-6 with fidelity s = t / 27: the first term biased by 0.1 (1 - s) and "
                 "Gaussian noise of 0.1 (1 - s); exact at full fidelity, optimum -3.32237.",

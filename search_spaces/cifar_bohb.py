@@ -1,4 +1,4 @@
-"""CIFAR-10 with BOHB: TuneBOHB's model-based proposals, HyperBandForBOHB's successive halving."""
+"""CIFAR-10 with BOHB: HpBandSter's model-based proposals on synchronous Hyperband brackets."""
 
 from search_spaces._cifar import DIVERGED, FIXED, PARAMS
 from tuning.spaces import Space
@@ -9,8 +9,10 @@ SPACE = Space(
     diverged_value=DIVERGED,
     metric="loss",
     mode="min",
-    strategy="bohb",  # TuneBOHB + HyperBandForBOHB
-    num_samples=27,  # one full Hyperband iteration at eta 3 over 27 epochs: 27 configs at the base rung
+    strategy="bohb",  # BOHB's KDE model + Hyperband brackets that close (tuning/backend/hyperband.py)
+    # One Hyperband iteration (band) at eta 3 over 27 epochs: brackets of 27, 12, 6 and 4 trials
+    # starting at 1, 3, 9 and 27 epochs.
+    num_samples=49,
     max_epochs=27,  # rungs at 1, 3, 9 and 27 epochs with reduction factor 3
     reduction_factor=3,  # BOHB paper's eta: keep the best third at each rung
     cpus_per_trial=1,

@@ -9,6 +9,7 @@ import pytest
 
 from conftest import ROOT
 
+STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb")
 FILES = ["runs.csv", "runs.parquet", "experiment.json", "provenance.json", "report.md", "report.html",
          "report-anytime.png"]
 
@@ -32,9 +33,9 @@ def test_smoke_comparison_writes_every_file(smoke):
     for name in FILES:
         assert (out / name).stat().st_size > 0, name
     assert sorted(p.name for p in (out / "runs").glob("*.csv")) == sorted(
-        f"{s}-s{seed}.csv" for s in ("grid", "random", "asha", "bohb") for seed in (0, 1))
+        f"{s}-s{seed}.csv" for s in STRATEGIES for seed in (0, 1))
     # Progress says which run of how many is going.
-    assert "[1/8] grid-s0: running" in proc.stdout and "[8/8] bohb-s1: done" in proc.stdout
+    assert "[1/10] grid-s0: running" in proc.stdout and "[10/10] bohb-s1: done" in proc.stdout
 
 
 def test_strategy_runs_get_equal_budgets(smoke):
@@ -48,17 +49,17 @@ def test_strategy_runs_get_equal_budgets(smoke):
     overshoot = kept.groupby("run_id")["consumed_budget"].max() - exp["budget"]
     assert (overshoot < 1).all(), overshoot.to_dict()  # never a whole trial's budget more
     assert runs.groupby("run_id")["strategy"].first().value_counts().to_dict() == {
-        "grid": 2, "random": 2, "asha": 2, "bohb": 2}
+        "grid": 2, "random": 2, "asha": 2, "hyperband": 2, "bohb": 2}
 
 
 def test_every_run_is_tagged_and_no_epoch_trained_twice(smoke):
     runs = pd.read_csv(smoke[1] / "runs.csv")
     assert set(runs["benchmark"]) == {"counting_ones"}
-    assert set(zip(runs["strategy"], runs["seed"])) == {(s, k) for s in ("grid", "random", "asha", "bohb")
-                                                        for k in (0, 1)}
+    assert set(zip(runs["strategy"], runs["seed"])) == {(s, k) for s in STRATEGIES for k in (0, 1)}
     assert not runs.duplicated(["run_id", "trial_id", "epoch"]).any()  # BOHB resumed, not restarted
-    bohb = runs[runs["strategy"] == "bohb"]
-    assert (bohb.groupby(["run_id", "trial_id"])["training_iteration"].max() > 1).any()
+    for strategy in ("hyperband", "bohb"):  # resumed past a rung, not restarted
+        paused = runs[runs["strategy"] == strategy]
+        assert (paused.groupby(["run_id", "trial_id"])["training_iteration"].max() > 1).any()
 
 
 def test_anytime_incumbents_never_get_worse(smoke):
@@ -70,7 +71,7 @@ def test_anytime_incumbents_never_get_worse(smoke):
 
 def test_report_lists_each_strategy_with_its_seed_count(smoke):
     md = (smoke[1] / "report.md").read_text()
-    for s in ("grid", "random", "asha", "bohb"):
+    for s in STRATEGIES:
         assert f"| {s} | 2 |" in md
 
 
@@ -90,7 +91,7 @@ def test_rerun_skips_finished_runs(smoke):
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")}
     proc = _compare("experiments/counting_ones", "--smoke", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.count("finished in an earlier invocation, kept") == 8
+    assert proc.stdout.count("finished in an earlier invocation, kept") == 10
     assert "running" not in proc.stdout
     assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")} == stamps
 

@@ -28,8 +28,8 @@ def _bohb_configs(seed, n=30):
         cfg = search.suggest(f"t{i}")
         out.append(cfg)
         loss = abs(np.log10(cfg["lr"]) + 2.5) + cfg["batch_size"] / 1000
-        for budget in (1, 3):
-            search.on_trial_result(f"t{i}", {"loss": loss / budget, "hyperband_info": {"budget": budget}})
+        for budget in (1, 3):  # what the Hyperband scheduler hands the model at each rung
+            search.observe(f"t{i}", budget, {"loss": loss / budget})
         search.on_trial_complete(f"t{i}")
     assert search.bohber.kde_models, "BOHB never fitted its model: proposals were all random"
     return out

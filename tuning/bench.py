@@ -43,7 +43,7 @@ def _synthetic(n_train: int):
 
 
 def _tune(space, strategy: str, *, num_samples: int, max_epochs: int, cpus: float, source=None,
-          max_train=None, max_val=None, tune_logs=False):
+          max_train=None, max_val=None, **spec):
     """One experiment through the same backend.run path as tuning.run; returns the recorder."""
     import tempfile
 
@@ -54,8 +54,7 @@ def _tune(space, strategy: str, *, num_samples: int, max_epochs: int, cpus: floa
     with tempfile.TemporaryDirectory() as d:
         spec = backend.RunSpec(space=space, strategy=strategy, num_samples=num_samples, max_epochs=max_epochs,
                                seed=0, cpus_per_trial=cpus, gpus_per_trial=0, source=source, results_dir=Path(d),
-                               max_train=max_train, max_val=max_val, progress=False, callbacks=[rec],
-                               tune_logs=tune_logs)
+                               max_train=max_train, max_val=max_val, progress=False, callbacks=[rec], **spec)
         started = time.perf_counter()
         backend.run(spec)
         rec.wall_s = time.perf_counter() - started
@@ -134,7 +133,45 @@ def bench_scheduler(quick: bool) -> list[dict]:
     return [_row("scheduler", "bohb_recomputed_epochs", again, "epochs",
                  f"9 trials, 3 epochs, eta 3; {resumed} trials paused and resumed"),
             _row("scheduler", "asha_stopped_trial_seconds_share", stopped / total, "fraction",
-                 f"{n} trials, max {max_t} epochs, eta 2: trial-seconds of trials ASHA stopped early")]
+                 f"{n} trials, max {max_t} epochs, eta 2: trial-seconds of trials ASHA stopped early"),
+            *_pause_cost(quick, source), *_hyperband_wall(quick)]
+
+
+def _gaps(rows: list[dict]) -> float:
+    """Median time between consecutive results outside the epochs' own training and evaluation."""
+    return statistics.median(b["wall_s"] - a["wall_s"] - b["train_time_s"] - b["eval_time_s"]
+                             for a, b in zip(rows, rows[1:]))
+
+
+def _pause_cost(quick: bool, source) -> list[dict]:
+    """Two CIFAR trials that take every CPU, so one runs at a time: once back to back (FIFO), once
+    paused after every epoch, so that each result is one pause and one resume (in the actor the
+    other trial just left) away from the last. The difference of the median gaps is their cost."""
+    from tuning import spaces
+
+    epochs, cpus = (2 if quick else 6), os.cpu_count() or 1
+    runs = {pause: _tune(spaces.load("cifar_asha"), "random", num_samples=2, max_epochs=epochs, cpus=cpus,
+                         source=source, max_train=256, max_val=64, pause_every_result=pause)
+            for pause in (False, True)}
+    detail = f"2 CIFAR trials x {epochs} epochs on 256 images, {cpus:g} CPUs each"
+    return [_row("scheduler", "pause_resume_s", _gaps(runs[True].rows) - _gaps(runs[False].rows), "s",
+                 f"one pause and resume in a reused actor, beyond a plain epoch boundary; {detail}")]
+
+
+def _hyperband_wall(quick: bool) -> list[dict]:
+    """Wall time of Hyperband and BOHB (synchronous brackets: many pauses) against ASHA (none)
+    on counting ones at the same budget of full evaluations."""
+    from tuning import spaces
+
+    if quick:  # minutes even at small budgets; tests/test_hyperband.py runs these paths
+        return []
+    budget, max_t = 100, 81
+    wall = {s: _tune(spaces.load("counting_ones"), s, num_samples=budget * max_t + 1, max_epochs=max_t, cpus=1,
+                     budget_iterations=budget * max_t, snapshot_every_step=False).wall_s
+            for s in ("asha", "hyperband", "bohb")}
+    detail = f"counting ones, {budget} full evaluations of {max_t} iterations; ASHA {wall['asha']:.1f} s"
+    return [_row("scheduler", f"{s}_to_asha_wall_ratio", wall[s] / wall["asha"], "x", detail)
+            for s in ("hyperband", "bohb")]
 
 
 # ---------------------------------------------------------------- the trainer alone

@@ -31,7 +31,7 @@ class Experiment:
     space: str  # a module under search_spaces/; its trainer is the benchmark
     budget: float  # per strategy run, in full evaluations (full trainings' worth of epochs)
     seeds: tuple = tuple(range(10))
-    strategies: tuple = ("grid", "random", "asha", "bohb")
+    strategies: tuple = spaces.STRATEGIES
     max_epochs: int | None = None  # the space's unless set
     cpus_per_trial: float | None = None
     smoke: dict = field(default_factory=dict)  # overrides under --smoke: budget, seeds, max_epochs

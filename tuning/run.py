@@ -23,9 +23,10 @@ log = logging.getLogger("tuning.run")
 # --smoke: CI-sized. 8 samples make it near-certain that ASHA stops one at its first rung.
 SMOKE = {"num_samples": 8, "max_epochs": 2, "grid_repeats": 1, "synthetic_train": 5000,
          "synthetic_test": 1000, "max_train": 2000, "max_val": 500, "max_test": 1000}
-# BOHB's Hyperband needs max_t >= eta for a rung (1 and 3 epochs at eta 3): 9 samples fill
-# a bracket that pauses trials at epoch 1 and resumes the best at 3.
-SMOKE_BOHB = {**SMOKE, "num_samples": 9, "max_epochs": 3}
+# Hyperband (and BOHB) needs max_t >= eta for a rung (1 and 3 epochs at eta 3): a band is then a
+# bracket of 3 trials paused at epoch 1, the best resumed to 3, and one of 2 trials at 3 epochs;
+# 9 samples run that band and most of a second.
+SMOKE_HYPERBAND = {**SMOKE, "num_samples": 9, "max_epochs": 3}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -38,7 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "with the settings it was started with")
     p.add_argument("--strategy", choices=spaces.STRATEGIES,
                    help="search strategy, overriding the space's: grid (grid search, FIFO), random "
-                        "(random search, FIFO), asha (random search + ASHA), bohb (TuneBOHB + HyperBandForBOHB)")
+                        "(random search, FIFO), asha (random search + ASHA), hyperband (random search + "
+                        "synchronous Hyperband brackets), bohb (BOHB's model + the same brackets)")
     p.add_argument("--num-samples", type=int,
                    help="trials to sample (default: the space's); with grid, how often the grid is repeated")
     p.add_argument("--max-epochs", type=int, help="epochs of a full-budget trial (default: the space's)")
@@ -179,7 +181,7 @@ def _main(argv: list[str]) -> int:
         raise UsageError("--space is required: name a space (e.g. --space cifar_asha) or --resume DIR")
     space = spaces.load(args.space)
     strategy = args.strategy or space.strategy
-    smoke = (SMOKE_BOHB if strategy == "bohb" else SMOKE) if args.smoke else {}
+    smoke = (SMOKE_HYPERBAND if strategy in ("bohb", "hyperband") else SMOKE) if args.smoke else {}
     for flag in ("num_samples", "max_epochs", "workers_per_trial"):
         _check_positive("--" + flag.replace("_", "-"), getattr(args, flag))
     _check_positive("--seed", args.seed, minimum=0)

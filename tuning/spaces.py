@@ -20,7 +20,7 @@ from typing import Any, Union
 
 import numpy as np
 
-STRATEGIES = ("grid", "random", "asha", "bohb")
+STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb")
 
 
 class SpaceError(Exception):

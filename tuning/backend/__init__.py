@@ -15,6 +15,7 @@ import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from tuning import spaces
 from tuning.backend.cluster import ClusterError, cluster_info, quiet_ray_logging, start_ray, stop_ray  # noqa: F401
@@ -67,7 +68,9 @@ def recorder():
 def bohb_suggestion(space: spaces.Space) -> dict:
     """One configuration from the BOHB searcher tuning.run would build: proves hpbandster,
     ConfigSpace and Ray's TuneBOHB import and agree (tuning.doctor)."""
-    searcher = _tune_bohb()(space=spaces.to_configspace(space, 0), metric=space.metric, mode=space.mode, seed=0)
+    from tuning.backend.hyperband import PaperBOHB
+
+    searcher = PaperBOHB(space=spaces.to_configspace(space, 0), metric=space.metric, mode=space.mode, seed=0)
     return searcher.suggest("doctor")
 
 
@@ -113,14 +116,26 @@ def _search(space: spaces.Space, strategy: str, max_epochs: int, seed: int):
                                   grace_period=min(space.grace_period, max_epochs),
                                   reduction_factor=space.reduction_factor)
         return spaces.to_tune(space), BasicVariantGenerator(random_state=seed), scheduler
+    if strategy in ("bohb", "hyperband"):
+        return {} if strategy == "bohb" else spaces.to_tune(space), *_hyperband(space, strategy, max_epochs, seed)
+    raise spaces.SpaceError(f"strategy {strategy!r} unknown: use one of {', '.join(spaces.STRATEGIES)}")
+
+
+def _hyperband(space: spaces.Space, strategy: str, max_epochs: int, seed: int):
+    """(search_alg, scheduler) for BOHB (HpBandSter's model) or Hyperband (random proposals), both
+    on brackets as the papers define them (tuning/backend/hyperband.py)."""
+    from tuning.backend.hyperband import ModelSearch, PaperBOHB, PaperHyperBand, RandomSearch
+
+    model = None
     if strategy == "bohb":
         import numpy as np
         np.random.seed(seed)  # HpBandSter draws its random fraction from numpy's global generator
-        search = _tune_bohb()(space=spaces.to_configspace(space, seed), metric=metric, mode=mode, seed=seed)
-        scheduler = _hyperband_for_bohb()(time_attr="training_iteration", metric=metric, mode=mode,
-                                          max_t=max_epochs, reduction_factor=space.reduction_factor)
-        return {}, search, scheduler
-    raise spaces.SpaceError(f"strategy {strategy!r} unknown: use one of {', '.join(spaces.STRATEGIES)}")
+        model = PaperBOHB(space=spaces.to_configspace(space, seed), metric=space.metric, mode=space.mode, seed=seed)
+    scheduler = PaperHyperBand(time_attr="training_iteration", metric=space.metric, mode=space.mode,
+                               max_t=max_epochs, reduction_factor=space.reduction_factor,
+                               observe=model.observe if model else None)
+    search = ModelSearch(scheduler, model) if model else RandomSearch(scheduler, random_state=seed)
+    return search, scheduler
 
 
 def _lazy_grid(space: spaces.Space):
@@ -159,53 +174,6 @@ def _lazy_grid(space: spaces.Space):
                 self.index = pickle.load(f)
 
     return LazyGrid()
-
-
-def _tune_bohb():
-    """TuneBOHB whose proposals are plain Python values.
-
-    With ConfigSpace 1.x, TuneBOHB proposes numpy scalars (np.int64 batch sizes, np.str_
-    choices); they would reach the trainer, the progress table and result files. BOHB's own
-    bookkeeping (trial_to_params, which feeds its KDE) keeps what ConfigSpace gave it."""
-    from ray.tune.search.bohb import TuneBOHB
-
-    class PlainTuneBOHB(TuneBOHB):
-        def suggest(self, trial_id: str):
-            config = super().suggest(trial_id)
-            return None if config is None else {k: spaces.plain(v) for k, v in config.items()}
-
-        # After a resume, TuneBOHB's saved state may predate trials that reported before the
-        # crash, and it raised KeyError in to_wrapper (Ray issue #39900). Each result carries
-        # its trial's config (flattened to "config/<name>"), which is all BOHB keeps about it.
-        def to_wrapper(self, trial_id: str, result: dict):
-            if trial_id not in self.trial_to_params:
-                self.trial_to_params[trial_id] = {k: result[f"config/{k}"] for k in self._space}
-            return super().to_wrapper(trial_id, result)
-
-        def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
-            self.trial_to_params.setdefault(trial_id, {})
-            super().on_trial_complete(trial_id, result, error)
-
-    return PlainTuneBOHB
-
-
-def _hyperband_for_bohb():
-    """HyperBandForBOHB that leaves finished trials out of its brackets.
-
-    Tune does not save scheduler state (Ray issue #30838): on resume every restored trial is
-    added to the scheduler again, finished ones too, and a bracket holding a trial that will never
-    report again waits forever (seen here: the resumed run hung with trials paused). Unfinished
-    trials join fresh brackets and continue from their checkpoints."""
-    from ray.tune.experiment import Trial
-    from ray.tune.schedulers import HyperBandForBOHB
-
-    class ResumableHyperBandForBOHB(HyperBandForBOHB):
-        def on_trial_add(self, tune_controller, trial):
-            if trial.status in (Trial.TERMINATED, Trial.ERROR):
-                return
-            super().on_trial_add(tune_controller, trial)
-
-    return ResumableHyperBandForBOHB
 
 
 def _reporter(space: spaces.Space):
@@ -262,6 +230,10 @@ class RunSpec:
     # they cost more than the trials (tuning.bench); on for users who read TensorBoard.
     tune_logs: bool = False
     callbacks: list = field(default_factory=list)
+    pause_every_result: bool = False  # tuning.bench: what a pause and resume cost
+    # Called with (search_alg, scheduler) once tune.run returns: lets tests look at the brackets
+    # and at what BOHB's model was given.
+    on_search: Callable | None = None
 
     @property
     def rows_file(self) -> Path:
@@ -277,6 +249,11 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
 
     space = spec.space
     config, search_alg, scheduler = _search(space, spec.strategy, spec.max_epochs, spec.seed)
+    if spec.pause_every_result:  # tuning.bench: random proposals, each trial paused after every result
+        from tuning.backend.hyperband import PauseEveryResult, RandomSearch
+
+        scheduler = PauseEveryResult()
+        search_alg = RandomSearch(scheduler, random_state=spec.seed)
     if space.trainer in BENCHMARKS:
         trainable = tune.with_parameters(benchmark_trainable(), benchmark=space.trainer,
                                          max_t=spec.max_epochs, seed=spec.seed)
@@ -318,6 +295,8 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
         resume=True if spec.resume else None,
         callbacks=[_row_log(spec.rows_file), *(_tune_loggers() if spec.tune_logs else []), *spec.callbacks],
     )
+    if spec.on_search is not None:
+        spec.on_search(search_alg, scheduler)
     interrupted = tune_handler_set and signal.getsignal(signal.SIGINT) is before
     signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
     rows: dict[str, list[dict]] = {}

@@ -12,6 +12,8 @@ import importlib
 import logging
 import math
 import tempfile
+import uuid
+from collections import OrderedDict
 from pathlib import Path
 
 from tuning import spaces
@@ -22,6 +24,34 @@ log = logging.getLogger(__name__)
 
 class _Diverged(Exception):
     """Raised out of the trainer's on_epoch once a diverged epoch is reported: ends the trial."""
+
+
+# A paused trial mostly resumes in the process that paused it (Tune reuses actors), so the last few
+# checkpoints this process wrote stay in memory, named by a token written beside them: a resume
+# takes the state from here instead of reading back what this process just wrote (tuning.bench,
+# scheduler section). A few MB each for the CIFAR model.
+_RECENT: OrderedDict[str, dict] = OrderedDict()
+_RECENT_MAX = 4
+TOKEN_FILE = "state.token"
+
+
+def _remember(state: dict, directory: str) -> None:
+    import torch
+
+    token = uuid.uuid4().hex
+    (Path(directory) / TOKEN_FILE).write_text(token)
+    # A copy: training goes on updating the tensors the trainer handed over.
+    _RECENT[token] = torch.utils._pytree.tree_map(
+        lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v, state)
+    while len(_RECENT) > _RECENT_MAX:
+        _RECENT.popitem(last=False)
+
+
+def _recalled(directory: Path) -> dict | None:
+    try:
+        return _RECENT.get((directory / TOKEN_FILE).read_text())
+    except OSError:
+        return None
 
 
 def restore(checkpoint) -> dict | None:
@@ -39,7 +69,7 @@ def restore(checkpoint) -> dict | None:
     for path in candidates:
         try:
             if path.is_dir():
-                state = trainer.read_checkpoint(path)
+                state = _recalled(path) or trainer.read_checkpoint(path)
             else:  # remote storage: Tune downloads the latest
                 with checkpoint.as_directory() as d:
                     state = trainer.read_checkpoint(d)
@@ -98,6 +128,7 @@ def train_function(config: dict, *, trainer_name: str, source: DataSource | None
             raise _Diverged
         with tempfile.TemporaryDirectory() as d:
             trainer.write_checkpoint(state, d)
+            _remember(state, d)
             tune.report({**metrics, "diverged": False}, checkpoint=tune.Checkpoint.from_directory(d))
 
     kwargs = dict(**params, **fixed, epochs=max_epochs, seed=seed, state=state)

@@ -1,0 +1,97 @@
+"""Hyperband and BOHB as the papers define them, on counting ones through real Ray (seconds a run):
+brackets take exactly their quota and close, bands advance s_max ... 0, every trial passes the
+rungs its bracket prescribes, and BOHB's model is given every rung result once, the full budget
+included."""
+
+import math
+from collections import Counter
+
+import pytest
+
+from tuning import backend, spaces
+
+MAX_T, ETA, BUDGET = 27, 3, 30  # rungs 1, 3, 9, 27; a band costs about 13 full evaluations
+S_MAX = 3
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One BOHB and one Hyperband run of 30 full evaluations each: into a third band."""
+    import ray
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    out = {}
+    try:
+        for strategy in ("bohb", "hyperband"):
+            got, rec = {}, backend.recorder()
+            spec = backend.RunSpec(
+                space=spaces.load("counting_ones"), strategy=strategy, num_samples=BUDGET * MAX_T + 1,
+                max_epochs=MAX_T, seed=0, cpus_per_trial=1, gpus_per_trial=0, source=None,
+                results_dir=tmp_path_factory.mktemp(strategy), budget_iterations=BUDGET * MAX_T, progress=False,
+                snapshot_every_step=False, callbacks=[rec], on_search=lambda a, s, got=got: got.update(search=a, hb=s))
+            backend.run(spec)
+            out[strategy] = {**got, "rows": rec.rows}
+    finally:
+        ray.shutdown()
+    return out
+
+
+def _n0(s: int) -> int:  # the Hyperband paper's bracket sizes, as Ray computes them
+    return math.ceil((S_MAX + 1) / (s + 1) * ETA ** s)
+
+
+def _reached(rows: list[dict]) -> dict[str, int]:
+    out = {}
+    for r in rows:
+        out[r["trial_id"]] = max(out.get(r["trial_id"], 0), r["training_iteration"])
+    return out
+
+
+@pytest.mark.parametrize("strategy", ["bohb", "hyperband"])
+def test_brackets_take_their_quota_in_paper_order_and_bands_advance(runs, strategy):
+    brackets = runs[strategy]["hb"].brackets()
+    assert len({b["band"] for b in brackets}) >= 3, brackets  # several bands, not one swallowing all
+    for i, b in enumerate(brackets):
+        assert b["s"] == S_MAX - i % (S_MAX + 1), "brackets open largest first within a band"
+        assert b["band"] == i // (S_MAX + 1)
+        assert (b["n0"], b["r0"]) == (_n0(b["s"]), MAX_T // ETA ** b["s"])
+        assert len(b["trials"]) <= b["n0"]
+        if i < len(brackets) - 1:  # every bracket but the newest was closed at its quota
+            assert len(b["trials"]) == b["n0"], b
+    trials = [t for b in brackets for t in b["trials"]]
+    assert len(trials) == len(set(trials))  # a trial is in one bracket
+
+
+@pytest.mark.parametrize("strategy", ["bohb", "hyperband"])
+def test_trials_pass_the_rungs_successive_halving_prescribes(runs, strategy):
+    reached = _reached(runs[strategy]["rows"])
+    first_band = [b for b in runs[strategy]["hb"].brackets() if b["band"] == 0]  # the budget cut none of it
+    assert len(first_band) == S_MAX + 1
+    for b in first_band:
+        n, r = b["n0"], b["r0"]
+        while r <= MAX_T:  # n trials reach rung r; the best ceil(n / eta) go on to r * eta
+            assert sum(reached[t] >= r for t in b["trials"]) == n, (b, r)
+            n, r = math.ceil(n / ETA), r * ETA
+        # nobody stops between rungs: every trial ends on a rung of its bracket
+        assert {reached[t] for t in b["trials"]} <= {b["r0"] * ETA ** k for k in range(b["s"] + 1)}
+
+
+def test_bohb_model_gets_every_rung_result_once_full_budget_included(runs):
+    bohb = runs["bohb"]
+    observed = bohb["search"].searcher.observed
+    assert len(observed) == len(set(observed)), "a (trial, budget) pair reached the model twice"
+    rungs = {}
+    for b in bohb["hb"].brackets():
+        for t in b["trials"]:
+            rungs[t] = {b["r0"] * ETA ** k for k in range(b["s"] + 1)}
+    expected = {(r["trial_id"], r["training_iteration"]) for r in bohb["rows"]
+                if r["training_iteration"] in rungs[r["trial_id"]]}
+    assert set(observed) == expected
+    budgets = Counter(b for _, b in observed)
+    assert set(budgets) == {1, 3, 9, 27} and budgets[MAX_T] >= 5, budgets
+    # HpBandSter's model holds the full-budget results: the rung Tune withheld from it before.
+    model = bohb["search"].searcher.bohber
+    assert len(model.losses[MAX_T]) == budgets[MAX_T]
+    # Its KDE sits on the largest budget with enough points for one (2 (d + 1) with d = 16).
+    enough = [b for b, losses in model.losses.items() if len(losses) >= 2 * (16 + 1)]
+    assert max(model.kde_models) == max(enough)
