@@ -209,7 +209,7 @@ def _hyperband_for_bohb():
     return ResumableHyperBandForBOHB
 
 
-def _reporter(space: spaces.Space, every_s: float):
+def _reporter(space: spaces.Space, every_s: float = 30):
     """Tune's CLIReporter, made safe for trials Tune has not scheduled yet.
 
     Its error table reads ``Trial.error_file`` of every trial, and in Ray 2.60 that raises
