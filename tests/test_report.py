@@ -192,13 +192,13 @@ def test_cifar_report_plots_loss_and_the_lr_batch_scatter(tmp_path):
     assert {"lr", "batch_size", "accuracy", "loss"} <= set(best["asha"])
 
 
-@pytest.mark.skipif(not shutil.which("chromium"), reason="needs Chromium (apt install chromium)")
-@pytest.mark.parametrize("cifar", [False, True])
-def test_html_renders_in_headless_chromium(tmp_path, cifar):
+needs_chromium = pytest.mark.skipif(not shutil.which("chromium"), reason="needs Chromium (apt install chromium)")
+
+
+def assert_renders_in_chromium(page, tmp_path):
+    """Screenshot `page` in headless Chromium and check it shows text, tables and plots."""
     import matplotlib.image
 
-    d = make_dir(tmp_path / "cmp", cifar=cifar)
-    page = report.write_report(d)["html"]
     shot = tmp_path / "shot.png"
     subprocess.run([shutil.which("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
                     "--no-first-run", "--disable-background-networking", "--disable-component-update",
@@ -211,3 +211,10 @@ def test_html_renders_in_headless_chromium(tmp_path, cifar):
     colours = np.unique(rgb[:, 0] << 16 | rgb[:, 1] << 8 | rgb[:, 2])  # packed: fast, unlike axis=0
     assert len(colours) > 200  # text, tables and the embedded plots; a blank page has 1
     assert (img < 0.9).any(axis=-1).mean() > 0.02  # a real share of the page is not white
+
+
+@needs_chromium
+@pytest.mark.parametrize("cifar", [False, True])
+def test_html_renders_in_headless_chromium(tmp_path, cifar):
+    d = make_dir(tmp_path / "cmp", cifar=cifar)
+    assert_renders_in_chromium(report.write_report(d)["html"], tmp_path)

@@ -1,6 +1,7 @@
 """The real thing, end to end: `python -m tuning.run --space cifar_asha --smoke` through real Ray."""
 
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -98,3 +99,28 @@ def test_best_config_and_run_record(asha_run):
     for pkg in ("torch", "ray", "hpbandster", "ConfigSpace"):
         assert run["versions"][pkg]
     assert "git_commit" in run
+
+
+def test_run_ends_with_its_report(asha_run):
+    proc, results = asha_run
+    page = results / "report.html"
+    assert proc.stdout.index(f"Live report: {page}") < proc.stdout.index("== Status ==")
+    html, md = page.read_text(), (results / "report.md").read_text()
+    assert "SYNTHETIC DATA" in md and "SYNTHETIC DATA" in html  # the banner
+    assert "http-equiv" not in html and "Status: finished" in md
+    best = json.loads((results / "best_config.json").read_text())
+    assert f"| test_accuracy | {best['test_accuracy']:.4g} |" in md
+    for name in ("report-curves.png", "report-best-so-far.png", "report-params.png"):
+        assert (results / name).stat().st_size > 10_000 and f"]({name})" in md
+    assert html.count("data:image/png;base64,") == 3  # two parameters: no parallel coordinates
+    # Too few of the 8 trials ran the full 2 epochs under ASHA for fANOVA: the report says so.
+    assert "Not computed:" in md and "ran their full budget" in md
+
+
+def test_progress_tables_come_about_every_30_s(asha_run):
+    out = asha_run[0].stdout
+    tables = out.count("== Status ==")
+    elapsed = re.findall(r"running for (\d+):(\d+):(\d+)", out)[-1]
+    seconds = int(elapsed[0]) * 3600 + int(elapsed[1]) * 60 + int(elapsed[2])
+    # One at the start, then at most one per 30 s, and the final one (Tune's default: every 5 s).
+    assert 2 <= tables <= seconds / 30 + 2, (tables, seconds)

@@ -1,9 +1,10 @@
-"""``python -m tuning.report DIR``: the report of a strategy comparison.
+"""``python -m tuning.report DIR``: the report of a strategy comparison, or of one tuning.run.
 
-Reads what ``python -m tuning.compare`` wrote to DIR (runs.parquet or runs.csv, experiment.json,
-provenance.json) and writes report.md, a self-contained report.html (plots inlined as base64 PNG,
-no external files) and the plot PNGs. Every number and figure is computed from those three files,
-so deleting the report and running this again gives the same report.
+For a comparison, reads what ``python -m tuning.compare`` wrote to DIR (runs.parquet or runs.csv,
+experiment.json, provenance.json) and writes report.md, a self-contained report.html (plots inlined
+as base64 PNG, no external files) and the plot PNGs. Every number and figure is computed from those
+three files, so deleting the report and running this again gives the same report. For a tuning.run
+results dir (run.json, trials.csv), tuning.runreport writes the run's report.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ import html
 import json
 import logging
 import math
-import os
 import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from tuning import cli
+from tuning import cli, results
 from tuning.analysis import (ALPHA, ReportError, anytime_curves, best_configs, load, make_grid,
                              stopped_early, summarize)
 
@@ -173,7 +173,7 @@ def _blocks(runs, exp, prov, summary, figures: dict) -> list[tuple]:
     kind = {"normalized_counting_ones": f"regret = loss / {exp.get('dims')} + 1 (normalised as in "
                                         "Falkner et al., ICML 2018; 0 at the optimum)",
             "difference": f"regret = loss - optimum ({_g(exp.get('optimum'), 6)})"}.get(exp.get("regret"))
-    data = {k: v for k, v in _flatten(prov or {}) if k.split(".")[-1] in ("kind", "data")}
+    data = {k: v for k, v in flatten(prov or {}) if k.split(".")[-1] in ("kind", "data")}
     b = [("h1", f"Strategy comparison: {exp.get('name', '')} on {exp.get('benchmark', '')}"),
          ("p", exp.get("description", "")),
          ("h2", "What was measured"),
@@ -237,15 +237,16 @@ def _blocks(runs, exp, prov, summary, figures: dict) -> list[tuple]:
           ("table", best.apply(lambda col: col.map(_g)) if len(best) else pd.DataFrame())]
     if "scatter" in figures:
         b.append(("img", figures["scatter"], "learning rate against batch size, coloured by loss"))
-    b += [("h2", "Provenance"), ("table", pd.DataFrame(list(_flatten(prov)), columns=["key", "value"]))
+    b += [("h2", "Provenance"), ("table", pd.DataFrame(list(flatten(prov)), columns=["key", "value"]))
           if prov else ("p", "provenance.json is missing: where these numbers came from is not recorded.")]
     return b
 
 
-def _flatten(d: dict, prefix: str = ""):
+def flatten(d: dict, prefix: str = ""):
+    """(dotted key, value as text) of a nested dict: provenance as a two-column table."""
     for k, v in d.items():
         if isinstance(v, dict) and v:
-            yield from _flatten(v, f"{prefix}{k}.")
+            yield from flatten(v, f"{prefix}{k}.")
         else:
             yield f"{prefix}{k}", v if isinstance(v, str) else json.dumps(v, default=str)
 
@@ -255,6 +256,8 @@ def render_markdown(blocks: list[tuple]) -> str:
     for kind, *c in blocks:
         if kind in ("h1", "h2"):
             out.append(("# " if kind == "h1" else "## ") + c[0])
+        elif kind == "banner":  # what a reader must not miss, in large letters
+            out.append(f"> ## {c[0]}")
         elif kind == "p":
             out.append(c[0])
         elif kind == "ul":
@@ -275,11 +278,17 @@ CSS = ("body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;p
        "max-width:48em;overflow-wrap:break-word}th{background:#f2f2f2}img{max-width:100%}li{margin:.3em 0}")
 
 
-def render_html(blocks: list[tuple], title: str) -> str:
+BANNER = "font-size:1.8em;font-weight:bold;padding:.4em .7em;border:3px solid #b00;background:#fff0f0;color:#900"
+
+
+def render_html(blocks: list[tuple], title: str, in_head: str = "") -> str:
+    """The blocks as one HTML page, images inlined; `in_head` is extra markup for <head>."""
     e, out = html.escape, []
     for kind, *c in blocks:
         if kind in ("h1", "h2", "p"):
             out.append(f"<{kind}>{e(c[0])}</{kind}>")
+        elif kind == "banner":
+            out.append(f'<p style="{BANNER}">{e(c[0])}</p>')
         elif kind == "ul":
             out.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in c[0]) + "</ul>")
         elif kind == "img":
@@ -291,16 +300,10 @@ def render_html(blocks: list[tuple], title: str) -> str:
                            for r in c[0].itertuples(index=False))
             out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
-            f"<style>{CSS}</style></head><body>\n" + "\n".join(out) + "\n</body></html>\n")
+            f"{in_head}<style>{CSS}</style></head><body>\n" + "\n".join(out) + "\n</body></html>\n")
 
 
 # ---------------------------------------------------------------- entry points
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")  # a crash never leaves a half-written report
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
 
 def write_report(out_dir: Path) -> dict:
     """Write report.md, report.html and the figures into `out_dir`, from its runs table,
@@ -316,8 +319,8 @@ def write_report(out_dir: Path) -> dict:
     figures = {k: v for k, v in figures.items() if v is not None}
     blocks = _blocks(runs, exp, prov, summary, figures)
     md, page = out_dir / "report.md", out_dir / "report.html"
-    _atomic_write(md, render_markdown(blocks))
-    _atomic_write(page, render_html(blocks, blocks[0][1]))
+    results.write_text(md, render_markdown(blocks))
+    results.write_text(page, render_html(blocks, blocks[0][1]))
     log.info("report written: %s, %s", md, page)
     return {"markdown": md, "html": page, "figures": list(figures.values()),
             "table": summary["table"], "tests": summary["tests"]}
@@ -325,11 +328,14 @@ def write_report(out_dir: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = cli.Parser(prog="python -m tuning.report", description=__doc__.split("\n\n")[0])
-    parser.add_argument("dir", help="folder written by python -m tuning.compare (runs.csv, experiment.json, ...)")
+    parser.add_argument("dir", help="results dir of python -m tuning.run (run.json, trials.csv, ...) or folder "
+                                    "written by python -m tuning.compare (runs.csv, experiment.json, ...)")
     try:
         args = parser.parse_args(argv)
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-        paths = write_report(Path(args.dir))
+        from tuning import runreport  # it renders with this module's blocks: imported here, not on top
+
+        paths = (runreport.regenerate if runreport.is_run_dir(args.dir) else write_report)(Path(args.dir))
     except (ReportError, cli.UsageError, OSError) as exc:  # OSError: the folder cannot be written
         print(f"tuning.report: error: {exc}", file=sys.stderr)
         return 2

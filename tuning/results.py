@@ -138,6 +138,14 @@ def _atomic(path: Path, write) -> None:
     os.replace(tmp, path)
 
 
+def write_text(path: Path, text: str) -> None:
+    _atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
+
+
+def write_bytes(path: Path, data: bytes) -> None:
+    _atomic(path, lambda p: p.write_bytes(data))
+
+
 def write_json(path: Path, obj) -> None:
     _atomic(path, lambda p: p.write_text(json.dumps(obj, indent=2, default=str) + "\n"))
 

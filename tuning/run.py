@@ -256,6 +256,8 @@ def _resume(args) -> int:
 
 
 def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend, *, resume: bool) -> int:
+    from tuning import runreport  # matplotlib, scipy: only for a run that goes ahead
+
     if source is not None:
         log.warning(_data_banner(source))
     started = time.time()
@@ -264,23 +266,29 @@ def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend
         plan.update(data={"kind": source.kind, "root": source.root} if source else
                     {"kind": f"benchmark:{space.trainer}"}, fixed=dict(space.fixed),
                     versions=results.versions(), git_commit=results.git_commit(),
-                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)))
+                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
+                    metric=space.metric, mode=space.mode, params=runreport.declarations(space))
     plan.update(status="running", resumes=plan.get("resumes", -1) + 1)
     results.write_json(results_dir / "run.json", plan)
+    print(f"Live report: {results_dir / 'report.html'} (rewritten every {runreport.RELOAD_S} s while the run goes)",
+          flush=True)
     spec = backend.RunSpec(
         space=space, strategy=plan["strategy"], num_samples=plan["num_samples"], max_epochs=plan["max_epochs"],
         seed=plan["seed"], cpus_per_trial=plan["resources_per_trial"]["cpu"],
         gpus_per_trial=plan["resources_per_trial"]["gpu"], source=source, results_dir=results_dir,
         workers_per_trial=plan["workers_per_trial"], max_train=smoke.get("max_train"),
         max_val=smoke.get("max_val"), max_failures=plan["max_failures"], resume=resume,
-        storage_path=plan.get("storage_path"), tune_logs=plan.get("tune_logs", False))
+        storage_path=plan.get("storage_path"), tune_logs=plan.get("tune_logs", False),
+        progress_every_s=runreport.RELOAD_S,
+        on_progress=lambda records: runreport.write_from_records(results_dir, records, plan, live=True))
     records, interrupted = backend.run(spec)
     backend.stop_ray()
 
     params = list(space.params)
     trials = results.trials_table(records, params, strategy=plan["strategy"], max_epochs=plan["max_epochs"],
                                   metric=space.metric, mode=space.mode)
-    results.write_tables(results_dir, trials, results.epochs_table(records, params))
+    epochs = results.epochs_table(records, params)
+    results.write_tables(results_dir, trials, epochs)
     unfinished = [r for r in records if r["status"] not in ("TERMINATED", "ERROR")] or interrupted
     best = results.best_trial(trials, space.metric, space.mode)
     if best is not None and source is not None and not unfinished:
@@ -296,6 +304,11 @@ def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend
                 resumed_trials=len(trials) - _count(trials, "resumed_at", ""),
                 recomputed_epochs=int(trials["recomputed_epochs"].sum()) if len(trials) else 0, best=best)
     results.write_json(results_dir / "run.json", plan)
+    try:
+        runreport.write_report(results_dir, trials, epochs, plan)
+    except Exception as exc:  # the tables are written: a figure that fails must not lose the run's exit
+        log.warning("report.html not written (%s: %s); try again with python -m tuning.report %s",
+                    type(exc).__name__, exc, results_dir)
     _print_summary(best, plan, source, results_dir, params)
     if unfinished:
         print("\nInterrupted; the experiment's state is saved. Continue with:\n"
@@ -352,7 +365,8 @@ def _print_summary(best, info: dict, source, results_dir: Path, params: list[str
                   f"on {best['test_images']} test images")
     if source is not None:
         print(_data_banner(source))
-    print(f"Results: {results_dir}  (trials.csv, epochs.csv, best_config.json, run.json)")
+    print(f"Results: {results_dir}  (report.html, report.md, trials.csv, epochs.csv, best_config.json, run.json)")
+    print(f"Report: {results_dir / 'report.html'}")
 
 
 if __name__ == "__main__":

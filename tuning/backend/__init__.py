@@ -176,7 +176,7 @@ def _lazy_grid(space: spaces.Space):
     return LazyGrid()
 
 
-def _reporter(space: spaces.Space):
+def _reporter(space: spaces.Space, every_s: float = 30):
     """Tune's CLIReporter, made safe for trials Tune has not scheduled yet.
 
     Its error table reads ``Trial.error_file`` of every trial, and in Ray 2.60 that raises
@@ -194,8 +194,10 @@ def _reporter(space: spaces.Space):
                     trial.init_local_path()
             super().report(trials, done, *sys_info)
 
-    return Reporter(metric_columns=REPORTED, parameter_columns=list(space.params),
-                    metric=space.metric, mode=space.mode, sort_by_metric=True)
+    # A table at the first step, then at most every every_s (Tune's default, 5 s, printed 26 full
+    # tables in 2 minutes of a CIFAR run), and the final one: a short run still shows start and end.
+    return Reporter(metric_columns=REPORTED, parameter_columns=list(space.params), metric=space.metric,
+                    mode=space.mode, sort_by_metric=True, max_report_frequency=every_s)
 
 
 def _trial_dirname(trial) -> str:
@@ -223,6 +225,10 @@ class RunSpec:
     # None: results_dir/tune, on this machine.
     storage_path: str | None = None
     progress: bool = True  # print the CLIReporter table
+    # At most this often: the CLIReporter table, and on_progress(records) with every trial's plain
+    # record (as run() returns them) while the run goes: tuning.run's live report.
+    progress_every_s: float = 30
+    on_progress: Callable[[list[dict]], None] | None = None
     # Snapshot the experiment after every step, so a crash loses at most the epoch in flight
     # (tuning.run). Comparisons, rerun rather than resumed, keep Tune's adaptive period.
     snapshot_every_step: bool = True
@@ -273,6 +279,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     tune_handler_set = (threading.current_thread() is threading.main_thread()
                         and os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0") == "0")
     storage, name = experiment_location(spec.results_dir, spec.storage_path)
+    progress = [_progress(spec.rows_file, spec.progress_every_s, spec.on_progress)] if spec.on_progress else []
     analysis = tune.run(
         trainable,
         name=name,
@@ -284,7 +291,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
         scheduler=scheduler,
         stop=_stopper(spec.max_epochs, spec.budget_iterations),
         resources_per_trial={"cpu": spec.cpus_per_trial, "gpu": spec.gpus_per_trial},
-        progress_reporter=_reporter(space) if spec.progress else None,
+        progress_reporter=_reporter(space, spec.progress_every_s) if spec.progress else None,
         verbose=1 if spec.progress else 0,
         # Without reuse every trial starts a fresh Python process and imports torch again.
         reuse_actors=True,
@@ -293,20 +300,29 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
         raise_on_failed_trial=False,
         max_failures=spec.max_failures,
         resume=True if spec.resume else None,
-        callbacks=[_row_log(spec.rows_file), *(_tune_loggers() if spec.tune_logs else []), *spec.callbacks],
+        callbacks=[_row_log(spec.rows_file), *(_tune_loggers() if spec.tune_logs else []), *progress,
+                   *spec.callbacks],
     )
+    for p in progress:
+        p.wait()  # a live report being written finishes before the final one
     if spec.on_search is not None:
         spec.on_search(search_alg, scheduler)
     interrupted = tune_handler_set and signal.getsignal(signal.SIGINT) is before
     signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
+    rows = _read_rows(spec.rows_file)
+    return [_record(t, rows.get(t.trial_id, [])) for t in analysis.trials], interrupted
+
+
+def _read_rows(path: Path) -> dict[str, list[dict]]:
+    """results.jsonl's rows by trial id, in arrival order."""
     rows: dict[str, list[dict]] = {}
-    for line in spec.rows_file.read_text().splitlines() if spec.rows_file.exists() else []:
+    for line in path.read_text().splitlines() if path.exists() else []:
         try:
             row = json.loads(line)
-        except ValueError:  # a line cut short by a crash: its epoch is trained again anyway
+        except ValueError:  # a line cut short by a crash (or being written): its epoch is trained again anyway
             continue
         rows.setdefault(row["trial_id"], []).append(row)
-    return [_record(t, rows.get(t.trial_id, [])) for t in analysis.trials], interrupted
+    return rows
 
 
 def experiment_location(results_dir: Path, storage_path: str | None) -> tuple[str, str]:
@@ -338,6 +354,52 @@ def _row_log(path: Path):
     return RowLog()
 
 
+def _progress(rows_file: Path, every_s: float, on_progress: Callable[[list[dict]], None]):
+    """A Tune callback handing every trial's plain record to on_progress at the first step, then
+    at most every every_s seconds (counted from the end of the last call).
+
+    The records are read on the driver, between Tune's steps (Tune's trials are not thread-safe);
+    on_progress runs in a thread, one call at a time, so a slow one (a report's figures: seconds on
+    a loaded machine) neither holds up the trials waiting for the driver to take their results nor
+    makes Tune warn that a callback is a bottleneck. on_progress failing never stops the run: the
+    first failure is logged, later ones are not (they would repeat it every every_s). wait() joins
+    the call in flight."""
+    import time
+
+    from ray.tune import Callback
+
+    class Progress(Callback):
+        def __init__(self):
+            self.next, self.warned, self.worker = 0.0, False, None  # the first at the first step
+
+        def on_step_end(self, iteration, trials, **info):
+            if time.monotonic() < self.next or (self.worker is not None and self.worker.is_alive()):
+                return
+            rows = _read_rows(rows_file)
+            records = [_record(t, rows.get(t.trial_id, [])) for t in trials]
+            self.worker = threading.Thread(target=self._call, args=(records,), name="on_progress", daemon=True)
+            self.worker.start()
+
+        def _call(self, records: list[dict]) -> None:
+            began = time.monotonic()
+            try:
+                on_progress(records)
+            except Exception as exc:  # whatever it is, the trials go on
+                if not self.warned:
+                    log.warning("on_progress failed (%s: %s); the run goes on, and later failures are not "
+                                "logged", type(exc).__name__, exc)
+                    self.warned = True
+            # It takes CPU from the trials: keep that under a tenth of the time, however slow it gets.
+            took = time.monotonic() - began
+            self.next = time.monotonic() + max(every_s, 9 * took)
+
+        def wait(self) -> None:
+            if self.worker is not None:
+                self.worker.join()
+
+    return Progress()
+
+
 def _uri(fs, path: str) -> str:
     """A local path as is; anything else as a URI that pyarrow.fs opens (s3://bucket/key)."""
     import pyarrow.fs
@@ -360,5 +422,5 @@ def _record(trial, rows: list[dict]) -> dict:
         "error": error,
         "failures": int(trial.run_metadata.num_failures),
         "checkpoint": _uri(checkpoint.filesystem, checkpoint.path) if checkpoint is not None else None,
-        "path": trial.path,
+        "path": trial.path if trial.storage.trial_dir_name else None,  # None: not scheduled yet
     }

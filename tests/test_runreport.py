@@ -1,0 +1,282 @@
+"""The report of one tuning.run (tuning.runreport): from a real counting-ones run through the CLI
+(seconds), from a live run through tuning.backend with a 1 s cadence, and from plain records
+covering every way a trial can end."""
+
+import io
+import logging
+import logging.handlers
+import os
+import shutil
+import time
+from pathlib import Path
+
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+
+from conftest import run_cli
+from test_report import assert_renders_in_chromium, needs_chromium
+from tuning import report, results, runplots, runreport, spaces
+
+TESTS = Path(__file__).resolve().parent
+SAMPLES = 12  # >= MIN_IMPORTANCE_TRIALS, so the importance table is there
+
+
+@pytest.fixture(scope="module")
+def co_run(tmp_path_factory):
+    """A real tuning.run on the 16-parameter counting-ones benchmark: random search, 3 epochs."""
+    out = tmp_path_factory.mktemp("co") / "results"
+    proc = run_cli("--space", "counting_ones", "--num-samples", str(SAMPLES), "--max-epochs", "3",
+                   "--results-dir", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc, out
+
+
+def _copy(run_dir: Path, tmp_path: Path) -> Path:
+    """The run's files without its report, to render into without touching the shared run."""
+    d = tmp_path / "run"
+    shutil.copytree(run_dir, d, ignore=shutil.ignore_patterns("report*", "tune"))
+    return d
+
+
+def _colours(png: bytes) -> int:
+    img = matplotlib.image.imread(io.BytesIO(png), format="png")[..., :3]
+    rgb = (img.reshape(-1, 3) * 255).astype(np.int64)
+    return len(np.unique(rgb[:, 0] << 16 | rgb[:, 1] << 8 | rgb[:, 2]))
+
+
+def test_the_run_ends_with_a_report_and_said_where_it_would_be(co_run):
+    proc, out = co_run
+    page = out / "report.html"
+    first_table = proc.stdout.index("== Status ==")
+    assert proc.stdout.index(f"Live report: {page}") < first_table  # printed when the run starts
+    assert f"Report: {page}" in proc.stdout and "on_progress failed" not in proc.stderr  # the live writes too
+    html, md = page.read_text(), (out / "report.md").read_text()
+    assert 'http-equiv="refresh"' not in html and "LIVE" not in html  # finished: it stays put
+    assert "Status: finished" in md
+    figures = [out / runreport.FIGURES[k] for k in ("curves", "best", "params", "parallel")]
+    for f in figures:  # 16 parameters: parallel coordinates too
+        assert f"]({f.name})" in md
+        assert f.stat().st_size > 10_000 and _colours(f.read_bytes()) > 100, f
+    assert html.count("data:image/png;base64,") == len(figures)
+    assert 'src="http' not in html and "<link" not in html  # self-contained
+
+
+def test_report_lists_every_trial_and_configurations_that_differ(co_run):
+    _, out = co_run
+    md = (out / "report.md").read_text()
+    trials = pd.read_csv(out / "trials.csv")
+    section = md[md.index("## Trials"):md.index("## Provenance")]
+    rows = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(rows) == SAMPLES and all(t in section for t in trials["trial_id"])
+    params = [f"x{i}" for i in range(8)]
+    assert len(trials[params].drop_duplicates()) == SAMPLES and trials["loss"].nunique() > 3
+    # The figures draw those differing configurations: a point per trial in each parameter's
+    # panel, at different places, and a learning curve per trial.
+    trials, epochs, plan = runreport.load(out)
+    decls, metric, mode = runreport.searched(plan)
+    fig = runplots.params_vs_metric(trials, decls, metric=metric, label="loss")
+    x0 = fig.axes[list(decls).index("x0")]
+    points = np.concatenate([c.get_offsets() for c in x0.collections])
+    assert len(points) == SAMPLES and len(np.unique(points[:, 0])) == SAMPLES
+    curves = runplots.learning_curves(trials, epochs, metric=metric, mode=mode, label="loss").axes[0].lines
+    assert len({tuple(line.get_ydata()) for line in curves}) == SAMPLES
+    assert "python -m tuning.run --space counting_ones --num-samples 12" in md  # provenance: the command
+    assert "| git_commit |" in md and "| versions.ray |" in md
+    assert "SYNTHETIC DATA" not in md  # a benchmark, not generated CIFAR images
+
+
+def test_importance_is_fanova_over_every_parameter(co_run):
+    _, out = co_run
+    md = (out / "report.md").read_text()
+    section = md[md.index("## Hyperparameter importance"):md.index("## Trials")]
+    assert "fANOVA (Optuna" in section and f"over the {SAMPLES} trials" in section
+    assert "| parameter | importance |" in section
+    trials, _, plan = runreport.load(out)
+    decls, metric, mode = runreport.searched(plan)
+    imp, _ = runreport.importance(trials, decls, metric=metric, mode=mode, max_epochs=3)
+    assert set(imp["parameter"]) == {f"c{i}" for i in range(8)} | {f"x{i}" for i in range(8)}
+    assert imp["importance"].sum() == pytest.approx(1, abs=0.01) and imp["importance"].nunique() > 3
+    assert all(f"| {p} | {v} |" in section for p, v in zip(imp["parameter"], imp["importance"]))
+
+
+def test_too_few_full_budget_trials_give_no_importance_but_say_why(co_run):
+    trials, _, plan = runreport.load(co_run[1])
+    decls, metric, mode = runreport.searched(plan)
+    imp, note = runreport.importance(trials.head(3), decls, metric=metric, mode=mode, max_epochs=3)
+    assert imp is None and note.startswith("Not computed: 3 trial(s) ran their full budget")
+    assert "needs at least 8" in note
+
+
+def test_cli_regenerates_a_run_dir(co_run, tmp_path, capsys):
+    d = _copy(co_run[1], tmp_path)
+    assert not (d / "report.html").exists()
+    assert report.main([str(d)]) == 0
+    assert f"Report: {d / 'report.html'}" in capsys.readouterr().out
+    md = (d / "report.md").read_text()
+    assert all(t in md for t in pd.read_csv(d / "trials.csv")["trial_id"])
+    assert all((d / f).exists() for f in runreport.FIGURES.values())
+
+
+@pytest.mark.parametrize("setup", ["no-trials", "bad-run-json", "empty-dir"])
+def test_bad_run_dir_exits_2_with_one_line(co_run, tmp_path, capsys, setup):
+    d = _copy(co_run[1], tmp_path)
+    if setup == "no-trials":  # a run that has not written its tables
+        for f in d.glob("trials.*"):
+            f.unlink()
+    elif setup == "bad-run-json":
+        (d / "run.json").write_text("{not json")
+    else:
+        shutil.rmtree(d)
+        d.mkdir()
+    capsys.readouterr()
+    assert report.main([str(d)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and err.startswith("tuning.report: error:")
+    assert not (d / "report.html").exists()
+
+
+@needs_chromium
+def test_run_report_renders_in_headless_chromium(co_run, tmp_path):
+    assert_renders_in_chromium(co_run[1] / "report.html", tmp_path)
+
+
+# ---------------------------------------------------------------- every way a trial ends
+
+def _rows(losses, *, resumed_at=0, diverged_at=None, t0=1_000_000):
+    rows = []
+    for i, loss in enumerate(losses, start=1):
+        bad = diverged_at is not None and i >= diverged_at
+        rows.append({"training_iteration": i, "epoch": i, "loss": 99.0 if bad else loss, "accuracy": 1 - loss / 3,
+                     "diverged": bad, "restored_from": resumed_at if i > resumed_at else 0,
+                     "time_total_s": 10.0 * i, "timestamp": t0 + 10 * i})
+    return rows
+
+
+def _record(tid, status, lr, batch, rows, error=None):
+    return {"trial_id": tid, "status": status, "config": {"lr": lr, "batch_size": batch}, "rows": rows,
+            "error": error, "failures": 0, "checkpoint": None, "path": None}
+
+
+RECORDS = [
+    _record("full", "TERMINATED", 3e-3, 128, _rows([1.8, 1.2, 0.9, 0.7])),
+    _record("early", "TERMINATED", 1e-4, 64, _rows([2.2])),
+    _record("resumed", "TERMINATED", 1e-3, 256, _rows([2.0, 1.5, 1.1, 0.8], resumed_at=1)),
+    _record("diverged", "TERMINATED", 9e-3, 512, _rows([2.1, 2.5], diverged_at=2)),
+    _record("failed", "ERROR", 5e-3, 64, _rows([2.0]), error="ValueError: boom"),
+    _record("running", "RUNNING", 2e-4, 128, _rows([2.3, 2.0])),
+]
+
+
+def _plan(status="running"):
+    space = spaces.load("cifar_asha")
+    return {"space": "cifar_asha", "strategy": "asha", "seed": 0, "max_epochs": 4, "argv": ["--space", "cifar_asha"],
+            "params": runreport.declarations(space), "metric": "loss", "mode": "min", "status": status,
+            "data": {"kind": "synthetic", "root": "/data/synthetic"}, "started": "1970-01-12T13:46:40+0000"}
+
+
+def test_every_way_a_trial_ends_is_told_apart(tmp_path):
+    out = runreport.write_from_records(tmp_path, RECORDS, _plan(), live=True)
+    md = out["markdown"].read_text()
+    assert ("6 trials: 2 trained its full budget, 1 stopped early by the scheduler, 1 diverged (metric turned "
+            "NaN/inf after its last point), 1 failed (training raised), 1 still running or waiting; 1 paused "
+            "and resumed") in md
+    for outcome in ("| full budget |", "| stopped early |", "| diverged |", "| failed: ValueError: boom |",
+                    "| running |", "full budget; paused, resumed at epoch 1"):
+        assert outcome in md, outcome
+    assert "SYNTHETIC DATA" in md and 'http-equiv="refresh"' in out["html"].read_text()
+    section = md[md.index("## Hyperparameter importance"):md.index("## Trials")]
+    assert "Not computed: 2 trial(s) ran their full budget" in section  # the resumed one counts, no other
+    assert "| parameter | importance |" not in section and out["importance"] is None
+
+    params = list(runreport.searched(_plan())[0])
+    trials = results.trials_table(RECORDS, params, strategy="asha", max_epochs=4)
+    fig = runplots.learning_curves(trials, results.epochs_table(RECORDS, params), metric="loss", mode="min",
+                                   label="validation loss")
+    legend = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert len(legend) == 6  # five endings and the resume marker, each once
+    loss_ax = fig.axes[0]
+    assert max(max(line.get_ydata(), default=0) for line in loss_ax.lines) < 99  # the stand-in is not drawn
+    assert {line.get_linestyle() for line in loss_ax.lines} >= {"-", "--", "-.", ":"}
+
+
+def test_live_page_reloads_and_says_so_the_final_one_does_not(tmp_path):
+    live = runreport.write_from_records(tmp_path, RECORDS, _plan(), live=True)["html"].read_text()
+    assert f'<meta http-equiv="refresh" content="{runreport.RELOAD_S}">' in live and "LIVE: the run is going" in live
+    final = runreport.write_from_records(tmp_path, RECORDS, _plan("finished"), live=False)["html"].read_text()
+    assert "http-equiv" not in final and "LIVE" not in final and "Status: finished" in final
+
+
+def test_log_scale_parameters_get_a_log_axis(tmp_path):
+    params, _, _ = runreport.searched(_plan())
+    trials = results.trials_table(RECORDS, list(params), strategy="asha", max_epochs=4)
+    fig = runplots.params_vs_metric(trials, params, metric="loss", label="validation loss")
+    lr, batch = fig.axes[:2]
+    assert lr.get_xscale() == "log" and batch.get_xscale() == "linear"
+    assert [t.get_text() for t in batch.get_xticklabels()] == ["64", "128", "256", "512"]
+
+
+# ---------------------------------------------------------------- live, through tuning.backend
+
+@pytest.fixture(scope="module")
+def live_run(tmp_path_factory):
+    """tuning.backend.run with a 1 s progress cadence; the hook raises on its second call."""
+    import ray
+
+    from tuning import backend
+
+    tmp = tmp_path_factory.mktemp("live")
+    space = spaces.Space(params={"lr": spaces.LogUniform(0.01, 1.0)}, trainer="faulty:steady", strategy="random",
+                         num_samples=4, max_epochs=5, gpus_per_trial=0, fixed={"sleep_s": 0.5}, name="steady")
+    calls = []
+
+    def on_progress(records):
+        calls.append({"at": time.monotonic(), "records": records})
+        if len(calls) == 2:
+            raise RuntimeError("the report could not be written")
+
+    logged = logging.handlers.BufferingHandler(capacity=10_000)
+    logging.getLogger("tuning.backend").addHandler(logged)
+    before = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), before])  # Ray's workers import tests/faulty.py
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        spec = backend.RunSpec(space=space, strategy="random", num_samples=4, max_epochs=5, seed=0,
+                               cpus_per_trial=1, gpus_per_trial=0, source=None, results_dir=tmp, progress=False,
+                               progress_every_s=1, on_progress=on_progress)
+        records, _ = backend.run(spec)
+    finally:
+        ray.shutdown()
+        os.environ["PYTHONPATH"] = before
+        logging.getLogger("tuning.backend").removeHandler(logged)
+    return calls, records, space, [r.getMessage() for r in logged.buffer]
+
+
+def test_progress_comes_at_most_every_period_with_plain_records(live_run):
+    calls, records, _, _ = live_run
+    assert len(calls) >= 3  # the run lasts about 5 s: one at the start, then about one a second
+    gaps = np.diff([c["at"] for c in calls])
+    assert (gaps >= 1.0).all(), gaps
+    assert all(r["status"] == "TERMINATED" and len(r["rows"]) == 5 for r in records)
+    mid = [r for c in calls for r in c["records"] if r["status"] == "RUNNING" and 0 < len(r["rows"]) < 5]
+    assert mid, "no call saw a trial half-way"
+    assert all(set(r) == set(records[0]) for c in calls for r in c["records"])  # the shape run() returns
+
+
+def test_a_failing_progress_hook_is_logged_once_and_the_run_goes_on(live_run):
+    calls, records, _, logged = live_run
+    assert len(calls) > 2 and len(records) == 4  # called again after it raised; every trial finished
+    failed = [m for m in logged if "on_progress failed" in m]
+    assert len(failed) == 1 and "RuntimeError: the report could not be written" in failed[0]
+
+
+def test_live_report_from_records_seen_mid_run(live_run, tmp_path):
+    calls, _, space, _ = live_run
+    mid = next(c["records"] for c in calls if any(r["status"] == "RUNNING" and r["rows"] for r in c["records"]))
+    plan = {"space": "steady", "strategy": "random", "max_epochs": 5, "params": runreport.declarations(space),
+            "metric": "loss", "mode": "min", "status": "running", "data": {"kind": "benchmark:faulty:steady"}}
+    out = runreport.write_from_records(tmp_path, mid, plan, live=True)
+    md, html = out["markdown"].read_text(), out["html"].read_text()
+    assert 'http-equiv="refresh"' in html and "LIVE: the run is going" in md
+    assert "still running or waiting" in md and (tmp_path / runreport.FIGURES["curves"]).exists()

@@ -1,0 +1,259 @@
+"""The figures of one tuning.run's report (tuning.runreport): learning curves, best so far,
+each hyperparameter against the final metric, and parallel coordinates.
+
+Input is the trials and epochs tables of tuning.results plus the space's parameter declarations;
+each function returns a bare matplotlib Figure (no pyplot state, no backend to pick), or None when
+there is nothing to draw yet; png() turns one into the bytes of a PNG.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+from tuning import spaces
+
+# How a trial ended, as (line style, end marker, legend text). A trial gets one of these; being
+# paused and resumed is drawn on top as a circle at each epoch it resumed from.
+FATES = {
+    "full": ("-", "", "trained its full budget"),
+    "early": ("--", "x", "stopped early by the scheduler"),
+    "diverged": ("-.", "v", "diverged (metric turned NaN/inf after its last point)"),
+    "failed": (":", "X", "failed (training raised)"),
+    "running": ("-", ">", "still running or waiting"),
+}
+RESUMED = ("o", "paused, then resumed from its checkpoint at this epoch")
+
+
+def fate(row) -> str:
+    """Which of FATES a row of the trials table is."""
+    if row["status"] == "ERROR":
+        return "failed"
+    if bool(row.get("diverged")):
+        return "diverged"
+    if row["status"] != "TERMINATED":
+        return "running"
+    return "early" if bool(row.get("stopped_early")) else "full"
+
+
+def resumed_epochs(value) -> list[int]:
+    """The trials table's resumed_at ("1;3", or empty / NaN when read back from CSV) as epochs."""
+    text = "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+    return [int(float(e)) for e in text.split(";") if e.strip()]
+
+
+def png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    return buf.getvalue()
+
+
+def _colours(values: pd.Series, mode: str):
+    """Colours by final metric (a ScalarMappable), the best trial at viridis' bright end either way."""
+    from matplotlib import cm, colors
+
+    lo, hi = (float(values.min()), float(values.max())) if values.notna().any() else (0.0, 1.0)
+    lo, hi = (lo, hi) if hi > lo else (lo - 0.5, hi + 0.5)
+    return cm.ScalarMappable(colors.Normalize(lo, hi), "viridis_r" if mode == "min" else "viridis")
+
+
+def _legend(fig, fates: pd.Series, resumed: int) -> None:
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color="grey", ls=ls, marker=m, label=f"{text} ({(fates == k).sum()})")
+               for k, (ls, m, text) in FATES.items() if (fates == k).any()]
+    if resumed:
+        handles.append(Line2D([], [], color="grey", ls="", marker=RESUMED[0], mfc="none",
+                              label=f"{RESUMED[1]} ({resumed} trial{'s' * (resumed != 1)})"))
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)))
+
+
+def learning_curves(trials: pd.DataFrame, epochs: pd.DataFrame, *, metric: str, mode: str,
+                    label: str) -> Figure | None:
+    """Validation loss (and accuracy, where reported) against epoch, one line per trial."""
+    from matplotlib.figure import Figure
+
+    if epochs.empty or trials.empty:
+        return None
+    panels = [c for c in dict.fromkeys([metric, "loss", "accuracy"]) if c in epochs and epochs[c].notna().any()]
+    info = trials.set_index("trial_id")
+    fates = trials.apply(fate, axis=1).set_axis(trials["trial_id"])
+    final = info[metric].where(fates != "diverged")  # a diverged trial's value is a stand-in
+    sm = _colours(final, mode)
+    fig = Figure(figsize=(6.5 * len(panels) + 1, 5), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    resumed = 0
+    for tid, curve in epochs.sort_values("training_iteration").groupby("trial_id", sort=False):
+        kind = fates.get(tid, "running")
+        ls, end, _ = FATES[kind]
+        colour = "tab:red" if kind == "failed" else (sm.to_rgba(final[tid]) if pd.notna(final.get(tid)) else "grey")
+        ok = curve[~curve["diverged"].fillna(False).astype(bool)]
+        back = resumed_epochs(info["resumed_at"].get(tid)) if "resumed_at" in info else []
+        resumed += bool(back)
+        for ax, col in zip(axes, panels):
+            pts = ok[["training_iteration", col]].dropna()
+            if pts.empty:
+                continue
+            x, y = pts["training_iteration"].to_numpy(), pts[col].to_numpy()
+            ax.plot(x, y, ls=ls, color=colour, lw=1.3, alpha=0.85)
+            if end:  # "x" is all edge: in the trial's colour; filled markers get a black rim
+                ax.plot(x[-1:], y[-1:], ls="", marker=end, color=colour, ms=8,
+                        mec=colour if end == "x" else "k", mew=1.5 if end == "x" else 0.6)
+            hits = np.isin(x, back)
+            if hits.any():
+                ax.plot(x[hits], y[hits], ls="", marker=RESUMED[0], ms=8, mfc="none", mec=colour, mew=1.5)
+    for ax, col in zip(axes, panels):
+        ax.set_xlabel("epoch (training iteration)")
+        ax.set_ylabel(label if col == metric else f"validation {col}")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(True, alpha=0.3)
+    _legend(fig, fates, resumed)
+    fig.colorbar(sm, ax=list(axes), label=f"final {label} (bright: best)")
+    fig.suptitle(f"Learning curves of {len(trials)} trials")
+    return fig
+
+
+def best_so_far(epochs: pd.DataFrame, *, metric: str, mode: str, label: str, started: float | None,
+                max_epochs: int) -> Figure | None:
+    """The best value reported so far, against wall time and against epochs consumed."""
+    from matplotlib.figure import Figure
+
+    if epochs.empty or not epochs[metric].notna().any():
+        return None
+    # Arrival order: Tune's timestamp has whole seconds, so ties go by the trial's own clock.
+    rows = epochs.sort_values(["timestamp", "time_total_s"], kind="stable").reset_index(drop=True)
+    ok = rows[metric].where(~rows["diverged"].fillna(False).astype(bool))
+    full = ok.where(rows["training_iteration"] >= max_epochs)
+    best = (lambda s: s.cummin()) if mode == "min" else (lambda s: s.cummax())
+    t0 = started if started is not None else float((rows["timestamp"] - rows["time_total_s"]).min())
+    xs = [("wall-clock time since the run started (s)", (rows["timestamp"] - t0).to_numpy(dtype=float)),
+          ("epochs consumed by all trials together", np.arange(1, len(rows) + 1))]
+    fig = Figure(figsize=(13, 4.8), layout="constrained")
+    axes = fig.subplots(1, 2, sharey=True)
+    for ax, (xlabel, x) in zip(axes, xs):
+        for series, text, style in ((ok, "any epoch", "-"), (full, f"full budget ({max_epochs} epochs)", "--")):
+            y = best(series.ffill()) if series.notna().any() else None
+            if y is not None:
+                ax.plot(x, y.to_numpy(), drawstyle="steps-post", ls=style, lw=2, label=f"best at {text}")
+        ax.plot(x, ok.to_numpy(), ls="", marker=".", color="grey", alpha=0.5, label="each reported epoch")
+        ax.set_xlabel(xlabel)
+        ax.grid(True, alpha=0.3)
+    lo, hi = ok.quantile(0.0), ok.quantile(0.95)  # outliers (a blow-up) must not flatten the steps
+    if pd.notna(lo) and hi > lo:
+        axes[0].set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
+    axes[0].set_ylabel(f"best {label} so far")
+    axes[0].legend(loc="best")
+    fig.suptitle(f"Best {label} so far ({'lower' if mode == 'min' else 'higher'} is better)")
+    return fig
+
+
+def _axis(ax, name: str, decl, values: pd.Series) -> pd.Series:
+    """Set up the x axis for a parameter; returns the values as plotted (categories as positions)."""
+    if isinstance(decl, spaces.Choice):
+        order = list(decl.values)
+        pos = values.map(lambda v: next((i for i, c in enumerate(order) if str(c) == str(v)), np.nan))
+        ax.set_xticks(range(len(order)), [str(c) for c in order])
+        ax.set_xlabel(name)
+        jitter = np.random.default_rng(0).uniform(-0.12, 0.12, len(pos))  # seeded: reproducible
+        return pos + jitter
+    lo, hi = float(decl.low), float(decl.high)
+    if isinstance(decl, spaces.LogUniform):
+        ax.set_xscale("log")
+        name += " (log scale)"
+        pad = (hi / lo) ** 0.03
+        ax.set_xlim(lo / pad, hi * pad)
+    else:  # the declared range, a little wider: where the search did not look shows
+        ax.set_xlim(lo - 0.03 * (hi - lo), hi + 0.03 * (hi - lo))
+    ax.set_xlabel(name)
+    return values.astype(float)
+
+
+def params_vs_metric(trials: pd.DataFrame, declarations: dict, *, metric: str, label: str) -> Figure | None:
+    """One panel per hyperparameter: its value against the trial's final metric."""
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+
+    fates = trials.apply(fate, axis=1) if len(trials) else pd.Series(dtype=str)
+    pts = trials[trials[metric].notna() & ~fates.isin(["diverged", "failed"])] if len(trials) else trials
+    if pts.empty:
+        return None
+    names = list(declarations)
+    cols = min(4, len(names))
+    rows = math.ceil(len(names) / cols)
+    height = 3.1 * rows + 1.2
+    fig = Figure(figsize=(3.6 * cols + 0.8, height))
+    # Margins by hand: constrained layout took half the time of a live report with 16 panels.
+    fig.subplots_adjust(left=0.8 / (3.6 * cols + 0.8), right=0.98, top=1 - 0.5 / height, bottom=1.0 / height,
+                        hspace=0.4, wspace=0.08)
+    axes = fig.subplots(rows, cols, sharey=True, squeeze=False).ravel()
+    early = fates.loc[pts.index] != "full"
+    for ax, name in zip(axes, names):
+        x = _axis(ax, name, declarations[name], pts[name])
+        ax.scatter(x[~early], pts.loc[~early, metric], marker="o", s=30, color="C0", edgecolors="k", linewidths=0.3)
+        ax.scatter(x[early], pts.loc[early, metric], marker="X", s=40, color="C1", edgecolors="k", linewidths=0.3)
+        ax.grid(True, alpha=0.3)
+    for ax in axes[len(names):]:
+        ax.set_visible(False)
+    for ax in axes[::cols]:
+        ax.set_ylabel(f"final {label}")
+    handles = [Line2D([], [], ls="", marker="o", color="C0", label=f"full budget ({(~early).sum()})"),
+               Line2D([], [], ls="", marker="X", color="C1",
+                      label=f"stopped early or still running: value at its last epoch ({early.sum()})")]
+    fig.legend(handles=[h for h, n in zip(handles, ((~early).sum(), early.sum())) if n],
+               loc="lower center", ncols=2, frameon=False)
+    fig.suptitle(f"Each hyperparameter against the final {label} ({len(pts)} trials)")
+    return fig
+
+
+def _unit(decl, values: pd.Series) -> tuple[pd.Series, list[str]]:
+    """Values mapped onto [0, 1] for a parallel-coordinates axis, and the axis' end labels."""
+    if isinstance(decl, spaces.Choice):
+        order = [str(c) for c in decl.values]
+        pos = values.map(lambda v: order.index(str(v)) if str(v) in order else np.nan)
+        return pos / max(1, len(order) - 1), [order[0], order[-1]]
+    lo, hi = float(decl.low), float(decl.high)
+    if isinstance(decl, spaces.LogUniform):
+        return np.log(values.astype(float) / lo) / math.log(hi / lo), [f"{lo:g}", f"{hi:g} (log)"]
+    return (values.astype(float) - lo) / (hi - lo), [f"{lo:g}", f"{hi:g}"]
+
+
+def parallel_coordinates(trials: pd.DataFrame, declarations: dict, *, metric: str, mode: str,
+                         label: str) -> Figure | None:
+    """Every trial as a line through its hyperparameters and its final metric."""
+    from matplotlib.figure import Figure
+
+    if trials.empty:
+        return None
+    pts = trials[trials[metric].notna() & ~trials.apply(fate, axis=1).isin(["diverged", "failed"])]
+    if pts.empty:
+        return None
+    names = list(declarations)
+    unit = [_unit(declarations[n], pts[n]) for n in names]
+    m = pts[metric].astype(float)
+    span = (m.max() - m.min()) or 1.0
+    unit.append(((m - m.min()) / span, [f"{m.min():.4g}", f"{m.max():.4g}"]))
+    grid = np.column_stack([u.to_numpy(dtype=float) for u, _ in unit])
+    sm = _colours(m, mode)
+    fig = Figure(figsize=(max(8.0, 1.1 * len(unit) + 2), 5), layout="constrained")
+    ax = fig.subplots()
+    for i in np.argsort(m.to_numpy() * (-1 if mode == "min" else 1), kind="stable"):  # the best on top
+        ax.plot(range(len(unit)), grid[i], color=sm.to_rgba(m.iloc[i]), lw=1.2, alpha=0.8)
+    for k, (_, (low, high)) in enumerate(unit):
+        ax.axvline(k, color="k", lw=0.8)
+        ax.text(k, -0.04, low, ha="center", va="top", fontsize=8)
+        ax.text(k, 1.04, high, ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(unit)), [*names, f"final {metric}"], rotation=30, ha="right")
+    ax.set_yticks([])
+    ax.set_ylim(-0.12, 1.12)
+    for side in ("left", "right", "top", "bottom"):
+        ax.spines[side].set_visible(False)
+    fig.colorbar(sm, ax=ax, label=f"final {label} (bright: best)")
+    fig.suptitle(f"Parallel coordinates: {len(pts)} trials, each axis from its declared range")
+    return fig

@@ -1,0 +1,313 @@
+"""The report of one ``python -m tuning.run``: report.md, a self-contained report.html (figures
+inlined as base64 PNG) and the PNGs beside them, in the run's results dir.
+
+tuning.run writes it at the end of every run and, while the run is going, at most every 30 s
+(the live page reloads itself and says it is live). ``python -m tuning.report DIR`` writes it
+again from the files of DIR: run.json and the trials and epochs tables. Every file is replaced
+atomically, so a browser or a reader never sees half a report. Nothing here knows about Ray.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import shlex
+import time
+from datetime import datetime
+from importlib import metadata
+from pathlib import Path
+
+import pandas as pd
+
+from tuning import results, runplots, spaces
+from tuning.analysis import ReportError, _read_json
+from tuning.report import flatten, render_html, render_markdown
+
+log = logging.getLogger(__name__)
+
+FIGURES = {"curves": "report-curves.png", "best": "report-best-so-far.png",
+           "params": "report-params.png", "parallel": "report-parallel.png"}
+# fANOVA fits a random forest to (configuration, final metric) pairs; with fewer points than this
+# the forest mostly fits noise and the importances change from one seed to the next.
+MIN_IMPORTANCE_TRIALS = 8
+RELOAD_S = 30  # the live page reloads this often: the run rewrites it at most this often
+
+
+def declarations(space: spaces.Space) -> dict:
+    """The space's parameter declarations as plain JSON (kept in run.json), so the report draws
+    the axes the run searched even if the space file changes later."""
+    return {k: {"type": type(p).__name__, **dataclasses.asdict(p)} for k, p in space.params.items()}
+
+
+def searched(plan: dict) -> tuple[dict, str, str]:
+    """(parameter declarations, metric, mode) of a run, from its run.json."""
+    if plan.get("params"):
+        decls = {k: getattr(spaces, d["type"])(**{f: v for f, v in d.items() if f != "type"})
+                 for k, d in plan["params"].items()}
+        return decls, plan.get("metric", "loss"), plan.get("mode", "min")
+    try:  # a run dir from before run.json kept them: the space file as it is now
+        space = spaces.load(plan["space"])
+    except (spaces.SpaceError, KeyError) as exc:
+        raise ReportError(f"run.json has no parameter declarations and its space does not load ({exc})") from None
+    return dict(space.params), space.metric, space.mode
+
+
+def is_run_dir(path: Path) -> bool:
+    return (Path(path) / "run.json").is_file()
+
+
+def _table(run_dir: Path, name: str) -> pd.DataFrame:
+    parquet, csv = run_dir / f"{name}.parquet", run_dir / f"{name}.csv"
+    if not parquet.exists() and not csv.exists():
+        raise ReportError(f"{run_dir} has no {name}.csv: the run has not written its tables yet "
+                          f"(it is still running, or it stopped: continue it with python -m tuning.run "
+                          f"--resume {run_dir})")
+    try:
+        return pd.read_parquet(parquet) if parquet.exists() else pd.read_csv(csv)
+    except Exception as exc:  # pyarrow and the CSV parser raise many types; any means unreadable
+        raise ReportError(f"cannot read {name} table in {run_dir}: {exc}") from None
+
+
+def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(trials, epochs, plan) of a tuning.run results dir."""
+    run_dir = Path(run_dir)
+    plan = _read_json(run_dir / "run.json")
+    missing = [k for k in ("space", "strategy", "max_epochs") if k not in plan]
+    if missing:
+        raise ReportError(f"{run_dir / 'run.json'} lacks {missing}: not a run.json tuning.run wrote")
+    trials, epochs = _table(run_dir, "trials"), _table(run_dir, "epochs")
+    metric = searched(plan)[1]
+    for name, df, need in (("trials", trials, ["trial_id", "status", metric]),
+                           ("epochs", epochs, ["trial_id", "training_iteration", metric])):
+        if len(df.columns) and not set(need) <= set(df.columns):
+            raise ReportError(f"{name} table in {run_dir} lacks columns {sorted(set(need) - set(df.columns))}")
+    return trials, epochs, plan
+
+
+# ---------------------------------------------------------------- importance
+
+def _distribution(decl):
+    """Optuna's distribution for a declaration. A LogUniform one enters as log10 of its value:
+    Optuna's fANOVA integrates over a parameter's range on a linear scale even for log=True, where
+    1e-4..1e-3 would weigh a tenth of 1e-3..1e-2, although the search drew as many trials there."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    if isinstance(decl, spaces.Choice):
+        return CategoricalDistribution(list(decl.values))
+    if isinstance(decl, spaces.IntUniform):
+        return IntDistribution(decl.low, decl.high)
+    if isinstance(decl, spaces.LogUniform):
+        return FloatDistribution(math.log10(decl.low), math.log10(decl.high))
+    return FloatDistribution(decl.low, decl.high)
+
+
+def _value(v, decl):
+    """A table cell as _distribution holds it (CSV gives back strings and floats)."""
+    if isinstance(decl, spaces.Choice):
+        return next(c for c in decl.values if str(c) == str(v) or (isinstance(c, (int, float)) and c == v))
+    if isinstance(decl, spaces.LogUniform):
+        return min(max(math.log10(float(v)), math.log10(decl.low)), math.log10(decl.high))  # rounding at the ends
+    return int(v) if isinstance(decl, spaces.IntUniform) else float(v)
+
+
+def importance(trials: pd.DataFrame, decls: dict, *, metric: str, mode: str, max_epochs: int,
+               seed: int = 0) -> tuple[pd.DataFrame | None, str]:
+    """fANOVA importances (Optuna's, on scikit-learn's random forest) of the trials that ran their
+    full budget, as an in-memory Optuna study; or None and why not."""
+    fates = trials.apply(runplots.fate, axis=1) if len(trials) else pd.Series(dtype=str)
+    done = trials[(fates == "full") & trials[metric].notna()] if len(trials) else trials
+    if len(done) < MIN_IMPORTANCE_TRIALS:
+        return None, (f"Not computed: {len(done)} trial(s) ran their full budget of {max_epochs} epochs; "
+                      f"fANOVA needs at least {MIN_IMPORTANCE_TRIALS}, or its importances are mostly noise. "
+                      "Run more samples (--num-samples).")
+    try:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created in memory", per report
+        dists = {k: _distribution(d) for k, d in decls.items()}
+        study = optuna.create_study(direction="minimize" if mode == "min" else "maximize")
+        study.add_trials([optuna.trial.create_trial(params={k: _value(r[k], d) for k, d in decls.items()},
+                                                    distributions=dists, value=float(r[metric]))
+                          for _, r in done.iterrows()])
+        imp = optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed))
+    except ImportError as exc:  # an environment installed before they were dependencies
+        return None, f"Not computed: {exc} (pip install optuna scikit-learn, or make install)."
+    except (ValueError, RuntimeError) as exc:  # e.g. every trial scored the same
+        return None, f"Not computed: fANOVA failed on these {len(done)} trials ({exc})."
+    table = pd.DataFrame({"parameter": list(imp), "importance": [round(v, 3) for v in imp.values()]})
+    logs = [k for k, d in decls.items() if isinstance(d, spaces.LogUniform)]
+    return table, (f"fANOVA (Optuna {metadata.version('optuna')}'s FanovaImportanceEvaluator, a random forest of "
+                   f"scikit-learn {metadata.version('scikit-learn')}) over the {len(done)} trials that ran their "
+                   f"full budget: the share of the variance of the final {metric} each parameter explains "
+                   "on its own; the shares add up to 1."
+                   + (f" Log-scale parameters ({', '.join(logs)}) enter as log10 of their value, so each decade "
+                      "of their range weighs the same, as in the search." if logs else ""))
+
+
+# ---------------------------------------------------------------- text
+
+def _g(v) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _outcome(row) -> str:
+    text = {"full": "full budget", "early": "stopped early", "diverged": "diverged",
+            "failed": f"failed: {_g(row.get('error'))}", "running": str(row["status"]).lower()}[runplots.fate(row)]
+    back = runplots.resumed_epochs(row.get("resumed_at"))
+    return text + (f"; paused, resumed at epoch {', '.join(map(str, back))}" if back else "")
+
+
+def _trials_block(trials: pd.DataFrame, params: list[str], metric: str) -> pd.DataFrame:
+    cols = [c for c in dict.fromkeys([metric, "loss", "accuracy"]) if c in trials and trials[c].notna().any()]
+    out = trials[["trial_id", *params, *cols, "epochs"]].copy()
+    out["outcome"] = trials.apply(_outcome, axis=1)
+    out["wall time (s)"] = trials.get("wall_time_s")
+    return out.apply(lambda c: c.map(_g))
+
+
+def _best_block(best: dict | None, params: list[str], metric: str) -> list[tuple]:
+    if best is None:
+        return [("p", "No trial has reported a result yet.")]
+    keys = ["trial_id", *params, *dict.fromkeys([metric, "loss", "accuracy"]), "epochs",
+            "test_loss", "test_accuracy", "test_images"]
+    rows = [(k, _g(best.get(k))) for k in keys if best.get(k) is not None]
+    note = ("" if best.get("test_accuracy") is not None else
+            "Test metrics: measured once the run has finished, for the best configuration of a CIFAR "
+            "run only.")
+    return [("table", pd.DataFrame(rows, columns=["", "value"])), *([("p", note)] if note else [])]
+
+
+def _label(plan: dict, metric: str) -> str:
+    kind = (plan.get("data") or {}).get("kind", "")
+    return f"validation {metric}" if kind in ("cifar10", "synthetic") else f"{metric} (benchmark objective)"
+
+
+def _provenance(plan: dict) -> pd.DataFrame:
+    keep = {"command": "python -m tuning.run " + shlex.join(plan.get("argv", [])),
+            **{k: plan.get(k) for k in ("status", "started", "wall_time_s", "resumes", "git_commit", "space",
+                                         "strategy", "seed", "num_samples", "max_epochs", "data",
+                                         "resources_per_trial", "workers_per_trial", "address", "storage_path")},
+            "versions": plan.get("versions"),
+            "report rendered with": {d: _version(d) for d in ("matplotlib", "optuna", "scikit-learn")}}
+    return pd.DataFrame(list(flatten({k: v for k, v in keep.items() if v is not None})), columns=["key", "value"])
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _header(plan: dict, trials: pd.DataFrame, live: bool) -> list[tuple]:
+    b = [("h1", f"Tuning run: {plan['space']} ({plan['strategy']})")]
+    data = plan.get("data") or {}
+    if data.get("kind") == "synthetic":
+        b.append(("banner", "SYNTHETIC DATA: generated CIFAR-10-shaped images, not CIFAR-10. "
+                            "These accuracies say nothing about CIFAR-10."))
+    now = time.strftime("%Y-%m-%d %H:%M:%S")
+    if live:
+        b.append(("banner", f"LIVE: the run is going. This page reloads itself every {RELOAD_S} s; "
+                            f"last written {now}."))
+    else:
+        b.append(("p", f"Status: {plan.get('status', 'unknown')}; written {now}."))
+    fates = trials.apply(runplots.fate, axis=1) if len(trials) else pd.Series(dtype=str)
+    counts = ", ".join(f"{(fates == k).sum()} {text}" for k, (_, _, text) in runplots.FATES.items()
+                       if (fates == k).any())
+    resumed = sum(bool(runplots.resumed_epochs(v)) for v in trials.get("resumed_at", []))
+    b.append(("p", f"{len(trials)} trials" + (f": {counts}" if counts else "") +
+              (f"; {resumed} paused and resumed from a checkpoint" if resumed else "") + "."))
+    return b
+
+
+def _blocks(trials, epochs, plan, decls, figures, imp, live: bool) -> list[tuple]:
+    params, metric, mode = list(decls), plan.get("metric", "loss"), plan.get("mode", "min")
+    label = _label(plan, metric)
+    best = plan.get("best") if plan.get("status") == "finished" else None
+    best = best or (results.best_trial(trials, metric, mode) if len(trials) else None)
+    b = _header(plan, trials, live)
+    b += [("h2", "Best configuration"), *_best_block(best, params, metric)]
+    b += [("h2", "Learning curves")]
+    b += [("img", figures["curves"], "learning curves of every trial"),
+          ("p", "One line per trial, coloured by its final value. Line style and end marker tell how it ended; "
+                "a circle marks an epoch it was paused at and resumed from. A diverged trial's stand-in "
+                "value is not drawn.")] if "curves" in figures else [("p", "No trial has reported yet.")]
+    if "best" in figures:
+        b += [("h2", "Best so far"), ("img", figures["best"], "best so far against wall time and epochs"),
+              ("p", f"Solid: the best {label} any trial has reported so far, at any epoch. Dashed: the best "
+                    f"among trials that reached the full budget of {plan['max_epochs']} epochs.")]
+    if "params" in figures:
+        b += [("h2", "Each hyperparameter against the final metric"),
+              ("img", figures["params"], "hyperparameters against the final metric"),
+              ("p", "One point per trial at its last reported epoch. Categories are jittered sideways; "
+                    "diverged and failed trials are left out.")]
+    if "parallel" in figures:
+        b += [("h2", "Parallel coordinates"), ("img", figures["parallel"], "parallel coordinates")]
+    table, note = imp
+    b += [("h2", "Hyperparameter importance"), ("p", note)]
+    if table is not None:
+        b.append(("table", table))
+    b += [("h2", "Trials"), ("table", _trials_block(trials, params, metric)) if len(trials) else
+          ("p", "No trials yet.")]
+    b += [("h2", "Provenance"), ("table", _provenance(plan))]
+    return b
+
+
+def _started(plan: dict) -> float | None:
+    try:
+        return datetime.strptime(plan["started"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _figures(run_dir: Path, trials, epochs, plan, decls) -> dict:
+    metric, mode = plan.get("metric", "loss"), plan.get("mode", "min")
+    label = _label(plan, metric)
+    figs = {"curves": runplots.learning_curves(trials, epochs, metric=metric, mode=mode, label=label),
+            "best": runplots.best_so_far(epochs, metric=metric, mode=mode, label=label, started=_started(plan),
+                                         max_epochs=plan["max_epochs"]),
+            "params": runplots.params_vs_metric(trials, decls, metric=metric, label=label)}
+    if len(decls) > 2:
+        figs["parallel"] = runplots.parallel_coordinates(trials, decls, metric=metric, mode=mode, label=label)
+    out = {}
+    for key, fig in figs.items():
+        if fig is not None:
+            out[key] = run_dir / FIGURES[key]
+            results.write_bytes(out[key], runplots.png(fig))
+    return out
+
+
+def write_report(run_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame, plan: dict, *,
+                 live: bool = False) -> dict:
+    """Write report.md, report.html and the figures into run_dir; a live page reloads itself and
+    says so. Returns the paths and the importances."""
+    decls, metric, mode = searched(plan)
+    run_dir, plan = Path(run_dir), {**plan, "metric": metric, "mode": mode}  # what the parts below read
+    figures = _figures(run_dir, trials, epochs, plan, decls)
+    imp = importance(trials, decls, metric=metric, mode=mode, max_epochs=plan["max_epochs"], seed=plan.get("seed") or 0)
+    blocks = _blocks(trials, epochs, plan, decls, figures, imp, live)
+    md, page = run_dir / "report.md", run_dir / "report.html"
+    results.write_text(md, render_markdown(blocks))
+    reload = f'<meta http-equiv="refresh" content="{RELOAD_S}">' if live else ""
+    results.write_text(page, render_html(blocks, blocks[0][1], in_head=reload))
+    return {"markdown": md, "html": page, "figures": figures, "importance": imp[0], "importance_note": imp[1]}
+
+
+def write_from_records(run_dir: Path, records: list[dict], plan: dict, *, live: bool = True) -> dict:
+    """The report from tuning.backend's plain per-trial records: what the live report is built from."""
+    decls, metric, mode = searched(plan)
+    params = list(decls)
+    trials = results.trials_table(records, params, strategy=plan["strategy"], max_epochs=plan["max_epochs"],
+                                  metric=metric, mode=mode)
+    return write_report(run_dir, trials, results.epochs_table(records, params), plan, live=live)
+
+
+def regenerate(run_dir: Path) -> dict:
+    """``python -m tuning.report RUN_DIR``: the report again, from the files of the run dir. A
+    report regenerated this way never reloads itself, whatever the run is doing."""
+    trials, epochs, plan = load(run_dir)
+    return write_report(run_dir, trials, epochs, plan, live=False)
