@@ -140,7 +140,7 @@ def bench_scheduler(quick: bool) -> list[dict]:
 # ---------------------------------------------------------------- the trainer alone
 
 def _bare_loop(train, batch: int, threads: int, epochs: int = 3, device: str = "cpu",
-               precision: str = "fp32") -> float:
+               precision: str = "fp32", width: int = 16) -> float:
     """The reference: the same model, data, batch size, threads and precision in the plainest
     PyTorch loop (no augmentation, no evaluation); images/s of its fastest epoch after the first.
     On CUDA the split sits on the GPU, as the trainer keeps it."""
@@ -148,7 +148,7 @@ def _bare_loop(train, batch: int, threads: int, epochs: int = 3, device: str = "
     torch.manual_seed(0)
     dtype = trainer.autocast_dtype(precision, device)
     x_all, y_all = train.x.to(device), train.y.to(device)
-    model = trainer.make_model().to(device, memory_format=torch.channels_last)
+    model = trainer.make_model(width).to(device, memory_format=torch.channels_last)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model.train()
     speeds = []

@@ -20,8 +20,10 @@ runs it. --rehearse runs the GPU steps on CPU at toy sizes: the script's paths, 
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
+import os
 import subprocess
 import sys
 import time
@@ -38,10 +40,10 @@ CAPS = {"data": 120, "doctor": 90, "throughput": 120, "accuracy": 120, "nccl": 9
 SIZES = {
     "gpu": dict(synthetic=(50_000, 10_000), train=20_000, val=2_000, batches=(512, 128), epochs=3,
                 acc_epochs=60, asha=["--num-samples", "8", "--max-epochs", "4"]),
-    "rehearse": dict(synthetic=(5_000, 1_000), train=256, val=128, batches=(64, 32), epochs=2,
+    "rehearse": dict(synthetic=(5_000, 1_000), train=64, val=32, batches=(32, 16), epochs=2, width=4,
                      acc_epochs=2, asha=["--smoke", "--num-samples", "2", "--max-epochs", "1"]),
     # bf16 ran this net 7x slower than fp32 on the 2-core dev machine's CPU: a narrower net, few steps.
-    "cpu": dict(synthetic=(600, 100), train=64, val=64, batches=(32,), epochs=2, width=8),
+    "cpu": dict(synthetic=(600, 100), train=32, val=32, batches=(16,), epochs=2, width=8),
 }
 FIELDS = ["step", "metric", "value", "unit", "detail"]
 
@@ -60,8 +62,8 @@ def build_parser():
                    help="run only this step (repeatable); the other steps' figures in --out are kept")
     p.add_argument("--rehearse", action="store_true",
                    help="without a GPU: run the GPU steps on CPU at toy sizes, to try the script itself")
-    p.add_argument("--step", help=cli.argparse.SUPPRESS)  # internal: run one step in this process
-    p.add_argument("--deadline", type=float, help=cli.argparse.SUPPRESS)
+    p.add_argument("--step", help=argparse.SUPPRESS)  # internal: run one step in this process
+    p.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     return p
 
 
@@ -77,7 +79,11 @@ def main(argv: list[str] | None = None) -> int:
     except cli.UsageError as exc:
         print(f"tuning.gpucheck: error: {exc}", file=sys.stderr)
         return 2
-    return _orchestrate(args, argv, out)
+    try:
+        return _orchestrate(args, argv, out)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: what was measured is in {out} (steps/*.jsonl, gpu-check.csv)", file=sys.stderr)
+        return 130
 
 
 def _prepare_out(args) -> Path:
@@ -108,7 +114,7 @@ def _orchestrate(args, argv: list[str], out: Path) -> int:
         print(f"no GPU ({built}): " + ("rehearsing the GPU steps on CPU at toy sizes" if mode == "rehearse"
                                         else "running the CPU side only: bf16 against fp32 on CPU, small"), flush=True)
     steps = [s for s in (CPU_STEPS if mode == "cpu" else GPU_STEPS) if not args.only or s in args.only]
-    report = {"mode": mode, "machine": _machine(), "argv": argv, "steps": {}}
+    report = {"mode": mode, "machine": _machine(cuda=False), "argv": argv, "steps": {}}
     if (out / "gpu-check.json").exists():  # --only: keep what the other steps measured
         report["steps"] = json.loads((out / "gpu-check.json").read_text()).get("steps", {})
     end = time.time() + args.budget_s
@@ -122,6 +128,8 @@ def _orchestrate(args, argv: list[str], out: Path) -> int:
             (out / "steps" / f"{step}.jsonl").unlink(missing_ok=True)
             report["steps"][step] = _run_step(step, argv + ["--out", str(out)], cap)
         _write(out, report)
+    report["machine"] = _machine(cuda=mode == "gpu")
+    _write(out, report)
     failed = [s for s in steps if report["steps"][s]["status"] != "ok"]
     print(f"\n{len(steps) - len(failed)} of {len(steps)} steps ok"
           + (f"; not ok: {', '.join(failed)}" if failed else ""))
@@ -141,6 +149,9 @@ def _run_step(step: str, argv: list[str], cap: float) -> dict:
     except subprocess.TimeoutExpired:
         gpusteps.stop_group(proc)
         status = f"timed out after {cap:.0f} s"
+    except KeyboardInterrupt:  # the step has its own session: Ctrl-C here must end it too
+        gpusteps.stop_group(proc)
+        raise
     wall = time.time() - started
     print(f"{step:<13} {'step_wall_s':<34} {wall:>12.1f} {'s':<8} {status}", flush=True)
     return {"status": status, "wall_s": round(wall, 1), "cap_s": round(cap, 1)}
@@ -164,20 +175,21 @@ def _write(out: Path, report: dict) -> None:
     results.write_json(out / "gpu-check.json", {**report, "rows": rows})
 
 
-def _machine() -> dict:
+def _machine(cuda: bool) -> dict:
+    """What the figures were measured on. With cuda, torch's view too: only once the steps are
+    done, because it starts a CUDA context here that would hold GPU memory during them."""
+    import torch
+
     from tuning import doctor
 
-    info = results.machine()
+    info = results.machine() if cuda else {**results.versions(), "cpus": os.cpu_count()}
     try:
         info["nvml"] = doctor.read_gpus()
     except Exception as exc:  # no driver, no nvidia-ml-py: the steps say what that means
         info["nvml"] = f"{type(exc).__name__}: {exc}"
-    try:
-        import torch
-
-        info.update(torch_cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version())
-    except ImportError:
-        pass
+    info.update(torch_cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version() if cuda else None)
+    if cuda:
+        info["cuda_capability"] = [list(torch.cuda.get_device_capability(i)) for i in range(torch.cuda.device_count())]
     return info
 
 
@@ -187,7 +199,8 @@ def _run_one(args) -> int:
     mode = _mode(args)
     ctx = {"out": Path(args.out), "data_dir": Path(args.data_dir).absolute(), "mode": mode,
            "device": "cuda" if mode == "gpu" else "cpu", "sizes": SIZES[mode], "deadline": args.deadline,
-           "target": args.target_accuracy, "lr": args.lr, "batch": args.batch_size}
+           "target": args.target_accuracy, "lr": args.lr,
+           "batch": args.batch_size if mode == "gpu" else SIZES[mode]["batches"][0]}  # toy data, toy batches
     path = ctx["out"] / "steps" / f"{args.step}.jsonl"
 
     def emit(metric: str, value, unit: str = "", detail: str = "") -> None:
@@ -199,7 +212,11 @@ def _run_one(args) -> int:
         shown = f"{value:.4g}" if isinstance(value, float) else str(value)
         print(f"{args.step:<13} {metric:<34} {shown:>12} {unit:<8} {detail}", flush=True)
 
-    getattr(gpusteps, f"step_{args.step}")(ctx, emit)
+    try:
+        getattr(gpusteps, f"step_{args.step}")(ctx, emit)
+    except KeyboardInterrupt:  # the orchestrator's SIGINT at the step's cap: what was measured is kept
+        print(f"{args.step:<13} stopped at its time cap", flush=True)
+        return 130
     return 0
 
 
