@@ -4,7 +4,7 @@ PY := $(VENV)/bin/python
 SPACE ?= cifar_asha
 ARGS ?=
 
-.PHONY: run test test-all install clean
+.PHONY: run test test-all gpu-check install clean
 
 run: $(VENV)/.installed
 	$(PY) -m tuning.run --space $(SPACE) $(ARGS)
@@ -15,6 +15,10 @@ test: $(VENV)/.installed
 # Includes the tests marked slow.
 test-all: $(VENV)/.installed
 	$(PY) -m pytest -m "" $(ARGS)
+
+# Every GPU measurement in one go (README: GPU check); without a GPU, the CPU side and exit 0.
+gpu-check: $(VENV)/.installed
+	$(PY) -m tuning.gpucheck $(ARGS)
 
 install: $(VENV)/.installed
 

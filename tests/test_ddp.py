@@ -53,6 +53,21 @@ def test_two_gloo_ranks_train_what_one_process_trains(splits):
         assert m2["train_loss"] == pytest.approx(m1["train_loss"], rel=1e-3)
 
 
+def test_two_gloo_ranks_train_under_bf16_autocast(splits):
+    """precision reaches every rank with the trainer's other arguments, and the global-batch
+    BatchNorm keeps fp32 statistics and buffers under autocast."""
+    train, val = splits
+    kw = dict(lr=1e-2, batch_size=128, epochs=1, train=train, val=data.Split(val.x[:64], val.y[:64]), seed=3,
+              width=8, precision="bf16")
+    single = trainer.train_cifar(**kw)
+    ddp = []
+    distributed.run(trainer.train_cifar, kw, world_size=2, threads=1, on_epoch=lambda m, s: ddp.append((m, s)))
+    metrics, state = ddp[-1]
+    assert metrics["bf16"] is True and metrics["world_size"] == 2
+    assert metrics["loss"] == pytest.approx(single["loss"], abs=0.03)  # the bf16 tolerance of test_trainer.py
+    assert all(v.dtype == torch.float32 for v in state["model"].values() if v.is_floating_point())
+
+
 def test_ddp_validation_equals_one_process_on_the_same_weights(splits):
     train, val = splits
     ddp = []

@@ -41,3 +41,40 @@ def test_doctor_flags_a_corrupt_cifar10(tmp_path):
     assert done.returncode == 1
     assert "FAIL  data" in done.stdout and "fix: delete cifar-10-batches-py" in done.stdout
 
+
+
+GPU_LINES = """
+import json
+from tuning import doctor
+print(json.dumps(doctor.gpu_lines(0)))
+"""
+
+
+def test_gputil_failing_to_import_names_the_real_cause(tmp_path):
+    """Python 3.12 removed distutils, which GPUtil 1.4.0 imports: there `import GPUtil` fails.
+    Here the real GPUtil is imported with distutils made unimportable the same way (a module
+    first on the path that raises what 3.12 raises), and the doctor must say that, not tell
+    the user to put nvidia-smi on PATH."""
+    import json
+    import os
+
+    stub = tmp_path / "distutils"
+    stub.mkdir()
+    (stub / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'distutils'\", name='distutils')\n")
+    # setuptools' distutils shim would otherwise answer the import before the path is searched.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")]),
+           "SETUPTOOLS_USE_DISTUTILS": "stdlib"}
+    done = subprocess.run([sys.executable, "-c", GPU_LINES], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    lines = {line["what"]: line for line in json.loads(done.stdout)}
+    gputil = lines["gputil"]
+    assert gputil["detail"] == ("GPUtil cannot be imported: No module named 'distutils' (Python 3.12 removed "
+                                "distutils; tuning reads the GPUs through NVML instead)")
+    assert "nvidia-smi" not in gputil["fix"] and "setuptools" in gputil["fix"]
+    if "nvml" in lines:  # no NVIDIA driver here: NVML's own reason, not a guess
+        assert lines["nvml"]["status"] == "WARN" and lines["nvml"]["detail"].startswith("NVML cannot read the GPUs: ")
+        assert gputil["status"] == "WARN"
+    else:  # a GPU machine: NVML lists the GPUs, and GPUtil's absence is no problem
+        assert lines["gpu 0"]["detail"].endswith("(NVML)") and gputil["status"] == "OK"
+

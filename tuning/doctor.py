@@ -1,10 +1,10 @@
 """``python -m tuning.doctor``: one screen that answers "why won't my tuning run work?".
 
-Software versions and the combinations known to break, the GPUs (GPUtil's view, as in the seed's
-troubleshooting notes), the Ray cluster's resources (local, or the one at --address), the data,
-free disk at the results dir, and a live one-trial, one-epoch run of the real trainable on tiny
-data. Every line says OK, WARN or FAIL; a FAIL names the fix. Exit 0 when nothing failed, 1 when
-something did, 2 for bad flags.
+Software versions and the combinations known to break, the GPUs (through NVIDIA's NVML, and
+GPUtil's view as in the seed's troubleshooting notes where GPUtil still imports), the Ray
+cluster's resources (local, or the one at --address), the data, free disk at the results dir,
+and a live one-trial, one-epoch run of the real trainable on tiny data. Every line says OK, WARN
+or FAIL; a FAIL names the fix. Exit 0 when nothing failed, 1 when something did, 2 for bad flags.
 """
 
 from __future__ import annotations
@@ -70,21 +70,76 @@ def check_gpus() -> list[dict]:
     if not torch.cuda.is_available():
         built = f"torch built with CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only torch build"
         return [_line(OK, "gpu", f"no GPU: trials run on CPU ({built})")]
+    return gpu_lines(torch.cuda.device_count())
+
+
+def read_gpus() -> list[dict]:
+    """Every GPU as NVIDIA's own NVML bindings (nvidia-ml-py) read it: name, memory used and
+    total (MB), utilisation (% of the last sample period). Raises ImportError without the
+    package, pynvml.NVMLError without a driver."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name, mem = pynvml.nvmlDeviceGetName(handle), pynvml.nvmlDeviceGetMemoryInfo(handle)
+            out.append({"index": i, "name": name.decode() if isinstance(name, bytes) else name,
+                        "memory_used_mb": mem.used / 2**20, "memory_total_mb": mem.total / 2**20,
+                        "utilization_pct": float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)})
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def gpu_lines(cuda_devices: int) -> list[dict]:
+    """The GPUs through NVML, GPUtil's view where GPUtil imports, and torch's memory figures for
+    the `cuda_devices` torch sees when NVML cannot read them."""
     out = []
     try:
-        import GPUtil  # the seed's view: load and memory per GPU, from nvidia-smi
+        for g in read_gpus():
+            out.append(_line(OK, f"gpu {g['index']}", f"{g['name']}: {g['memory_used_mb']:.0f}/"
+                             f"{g['memory_total_mb']:.0f} MB used, {g['utilization_pct']:.0f}% busy (NVML)"))
+    except ImportError as exc:
+        out.append(_line(WARN, "nvml", f"nvidia-ml-py is not installed ({exc})", "pip install nvidia-ml-py"))
+    except Exception as exc:  # pynvml.NVMLError_*: no driver library, no permission, a GPU fallen off the bus
+        out.append(_line(WARN, "nvml", f"NVML cannot read the GPUs: {exc}",
+                         "check the NVIDIA driver: nvidia-smi should list the GPUs"))
+    nvml_ok = any(line["what"].startswith("gpu ") for line in out)
+    out.append(gputil_line(nvml_ok))
+    if not nvml_ok:
+        import torch
 
-        for g in GPUtil.getGPUs():
-            out.append(_line(OK, f"gpu {g.id}", f"{g.name}: {g.memoryUsed:.0f}/{g.memoryTotal:.0f} MB used, "
-                             f"{100 * g.load:.0f}% busy"))
-    except Exception as exc:  # GPUtil needs nvidia-smi on PATH
-        out.append(_line(WARN, "gputil", f"GPUtil cannot read the GPUs ({exc})", "put nvidia-smi on PATH"))
-    if not any(line["what"].startswith("gpu ") for line in out):
-        for i in range(torch.cuda.device_count()):
+        for i in range(cuda_devices):
             free, total = torch.cuda.mem_get_info(i)
             out.append(_line(OK, f"gpu {i}", f"{torch.cuda.get_device_name(i)}: "
-                             f"{(total - free) / 2**20:.0f}/{total / 2**20:.0f} MB used"))
+                             f"{(total - free) / 2**20:.0f}/{total / 2**20:.0f} MB used (torch)"))
     return out
+
+
+def gputil_line(nvml_ok: bool) -> dict:
+    """GPUtil's view (the seed's troubleshooting tool), or why there is none. GPUtil 1.4.0, its
+    last release (2018), imports distutils, which Python 3.12 removed: there it fails to import
+    at all, and nvidia-smi on PATH would not help."""
+    try:
+        import GPUtil
+    except Exception as exc:  # ModuleNotFoundError: distutils on 3.12+, or GPUtil not installed
+        cause = f"GPUtil cannot be imported: {exc}"
+        if "distutils" in str(exc):
+            cause += " (Python 3.12 removed distutils; tuning reads the GPUs through NVML instead)"
+        return _line(OK if nvml_ok else WARN, "gputil", cause,
+                     "pip install setuptools (it provides distutils) for GPUtil's view, or nvidia-ml-py for NVML's")
+    try:
+        gpus = GPUtil.getGPUs()  # runs nvidia-smi; an empty list when it cannot
+    except Exception as exc:  # nvidia-smi's output not as GPUtil expects
+        return _line(WARN, "gputil", f"GPUtil cannot read the GPUs ({type(exc).__name__}: {exc})",
+                     "check that nvidia-smi runs and lists the GPUs")
+    if not gpus:
+        return _line(WARN, "gputil", "GPUtil sees no GPU: it reads them by running nvidia-smi",
+                     "put nvidia-smi on PATH")
+    return _line(OK, "gputil", "; ".join(f"gpu {g.id} {g.name}: {g.memoryUsed:.0f}/{g.memoryTotal:.0f} MB used, "
+                                         f"{100 * g.load:.0f}% busy" for g in gpus))
 
 
 def check_ray(backend, address: str | None) -> tuple[list[dict], dict | None]:

@@ -18,7 +18,7 @@ import pandas as pd
 
 # Per-epoch columns kept from Tune's result rows, in this order.
 EPOCH_COLUMNS = ["training_iteration", "epoch", "loss", "accuracy", "train_loss", "diverged", "restored_from",
-                 "world_size", "train_time_s", "eval_time_s", "images_per_s", "rss_mb", "peak_rss_mb",
+                 "world_size", "train_time_s", "eval_time_s", "images_per_s", "bf16", "rss_mb", "peak_rss_mb",
                  "cuda_max_allocated_mb", "cuda_reserved_mb", "memory_growing", "time_this_iter_s",
                  "time_total_s", "timestamp", "node_ip", "node_id", "pid", "rank_pids"]
 

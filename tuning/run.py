@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tuning import cli, data, results, spaces
 from tuning.cli import UsageError
+from tuning.trainer import PRECISIONS
 from tuning.backend import ClusterError as _ClusterError  # no Ray import: that waits for a valid run
 
 log = logging.getLogger("tuning.run")
@@ -51,6 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers-per-trial", type=int,
                    help="CPU trials: train each trial as W DistributedDataParallel (gloo) ranks sharing "
                         "its CPUs (default: the space's, usually 1). GPU trials run one rank per GPU")
+    p.add_argument("--precision", choices=PRECISIONS,
+                   help="CIFAR trainer: auto (default) trains under bf16 autocast on CUDA and in fp32 on CPU; "
+                        "bf16 or fp32 force one (weights and checkpoints stay fp32); overrides the space's fixed")
     p.add_argument("--data", choices=["auto", "cifar10", "synthetic"],
                    help="auto (default): real CIFAR-10 if found or downloadable, else synthetic; "
                         "cifar10: require the real set; synthetic: always generate")
@@ -151,6 +155,29 @@ def _resources(space: spaces.Space, args, cluster: dict) -> tuple[float, float, 
     return cpus, gpus, workers
 
 
+def _precision(space: spaces.Space, flag: str | None) -> str | None:
+    """The CIFAR trainer's precision: the flag, else the space's fixed setting, else auto; None
+    for other trainers, which take no such argument."""
+    if space.trainer != "cifar" or "precision" in space.params:
+        if flag:
+            why = f"trains {space.trainer}" if space.trainer != "cifar" else "searches precision"
+            raise UsageError(f"--precision is for the cifar trainer's fixed setting; {space.name} {why}: drop it")
+        return None
+    value = flag or space.fixed.get("precision", "auto")
+    if value not in PRECISIONS:
+        raise spaces.SpaceError(f"{space.name}: fixed precision {value!r} unknown: use one of "
+                                f"{', '.join(PRECISIONS)}")
+    return value
+
+
+def _with_precision(space: spaces.Space, plan: dict) -> spaces.Space:
+    """The space as its trials run it: the recorded precision among the trainer's fixed arguments
+    (on --resume too, so the flag keeps its effect)."""
+    if not plan.get("precision"):
+        return space
+    return space.replace(fixed={**space.fixed, "precision": plan["precision"]})
+
+
 def _data_banner(source: data.DataSource) -> str:
     if source.kind == "synthetic":
         return (f"DATA: SYNTHETIC CIFAR-10-shaped images ({source.root}); no real CIFAR-10 was used, "
@@ -196,7 +223,7 @@ def _main(argv: list[str]) -> int:
         "space": space.name, "strategy": strategy, "seed": seed, "argv": argv, "num_samples": num_samples,
         "max_epochs": args.max_epochs or smoke.get("max_epochs") or space.max_epochs,
         "max_failures": args.max_failures, "smoke": smoke, "storage_path": args.storage_path,
-        "tune_logs": args.tune_logs,
+        "tune_logs": args.tune_logs, "precision": _precision(space, args.precision),
         "data_args": {"kind": args.data or ("synthetic" if args.smoke else "auto"),
                       "data_dir": str(Path(args.data_dir).absolute()), "seed": seed,
                       "synthetic_train": smoke.get("synthetic_train", 50_000),
@@ -258,6 +285,7 @@ def _resume(args) -> int:
 def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend, *, resume: bool) -> int:
     from tuning import runreport  # matplotlib, scipy: only for a run that goes ahead
 
+    space = _with_precision(space, plan)
     if source is not None:
         log.warning(_data_banner(source))
     started = time.time()

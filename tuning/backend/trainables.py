@@ -95,7 +95,8 @@ def train_function(config: dict, *, trainer_name: str, source: DataSource | None
     epoch, and continue from Tune's checkpoint when a trial is resumed, retried or unpaused.
 
     A CIFAR trial given several GPUs trains as one nccl rank per GPU; a CPU trial with workers > 1
-    as that many gloo ranks sharing its CPUs. Either way rank 0's epochs come back here."""
+    as that many gloo ranks sharing its CPUs. Either way rank 0's epochs come back here. A trial
+    given a fraction of a GPU sees that one GPU in ray.get_gpu_ids() and trains on it alone."""
     import ray
     import torch
     from ray import tune
@@ -155,9 +156,23 @@ def train_function(config: dict, *, trainer_name: str, source: DataSource | None
         return
     except torch.cuda.OutOfMemoryError as exc:
         torch.cuda.empty_cache()  # the seed's advice: give the memory back before the next trial
-        first = str(exc).splitlines()[0] if str(exc) else "CUDA out of memory"
-        raise RuntimeError(f"CUDA out of memory with config {params}: lower batch_size or give trials more "
-                           f"GPU memory ({first})") from None
+        share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)
+        raise RuntimeError(oom_message(params, str(exc), share)) from None
+
+
+def oom_message(params: dict, error: str, gpu_share: float) -> str:
+    """What a trial that ran out of CUDA memory fails with: its config, the fix, and CUDA's own
+    first line. A trial holding a fraction of a GPU (--gpus-per-trial 0.25: four per GPU) ran out
+    because its neighbours hold the rest, so the fix is fewer trials per GPU."""
+    first = error.splitlines()[0] if error else "CUDA out of memory"
+    if 0 < gpu_share < 1:
+        others = int(1 / gpu_share + 1e-9) - 1  # Ray packs floor(1 / share) trials on a GPU
+        fix = (f"this trial shares its GPU with up to {others} other trial(s) (--gpus-per-trial {gpu_share:g}): "
+               f"raise --gpus-per-trial (e.g. to {min(1.0, 2 * gpu_share):g}) so fewer trials share it, "
+               "or lower batch_size")
+    else:
+        fix = "lower batch_size or give trials more GPU memory"
+    return f"CUDA out of memory with config {params}: {fix} ({first})"
 
 
 def benchmark_trainable():
