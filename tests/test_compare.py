@@ -11,7 +11,7 @@ from conftest import ROOT
 
 STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb")
 FILES = ["runs.csv", "runs.parquet", "experiment.json", "provenance.json", "report.md", "report.html",
-         "report-anytime.png"]
+         "report-anytime.png", "finals.csv"]
 
 
 def _compare(*args, timeout=900):
@@ -67,6 +67,17 @@ def test_anytime_incumbents_never_get_worse(smoke):
     for _, run in runs.groupby("run_id"):
         full = run[run["full_fidelity"]]
         assert full["loss"].cummin().is_monotonic_decreasing
+
+
+def test_finals_hold_each_runs_final_full_fidelity_regret(smoke):
+    runs = pd.read_csv(smoke[1] / "runs.csv")
+    finals = pd.read_csv(smoke[1] / "finals.csv").set_index("run_id")
+    assert sorted(finals.index) == sorted(runs["run_id"].unique())
+    for run_id, run in runs.groupby("run_id"):
+        full = run[run["full_fidelity"]]
+        expected = full["loss"].min() / 16 + 1 if len(full) else float("nan")  # counting ones' regret
+        assert finals.loc[run_id, "final"] == pytest.approx(expected, nan_ok=True), run_id
+        assert finals.loc[run_id, "strategy"] == run["strategy"].iloc[0]
 
 
 def test_report_lists_each_strategy_with_its_seed_count(smoke):

@@ -321,8 +321,11 @@ def write_report(out_dir: Path) -> dict:
     md, page = out_dir / "report.md", out_dir / "report.html"
     results.write_text(md, render_markdown(blocks))
     results.write_text(page, render_html(blocks, blocks[0][1]))
-    log.info("report written: %s, %s", md, page)
-    return {"markdown": md, "html": page, "figures": list(figures.values()),
+    # One row per run (final incumbent, budget, trials): small enough to commit beside the report.
+    finals = out_dir / "finals.csv"
+    results.write_text(finals, summary["per_run"].to_csv(index=False))
+    log.info("report written: %s, %s, %s", md, page, finals)
+    return {"markdown": md, "html": page, "finals": finals, "figures": list(figures.values()),
             "table": summary["table"], "tests": summary["tests"]}
 
 
