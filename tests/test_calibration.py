@@ -3,7 +3,7 @@ import math
 import pandas as pd
 import pytest
 
-from tuning import calibration
+from tuning import calibration, synthetic
 
 # Hand-made learning curves (validation accuracy at epochs 1, 2, 3) of a 3 x 2 grid.
 GOOD = {
@@ -109,3 +109,12 @@ def test_proxy_trains_the_grid_and_writes_run_tables(tmp_path):
     trials = pd.read_csv(tmp_path / "run" / "trials.csv")
     assert trials["epochs"].tolist() == [2, 2] and set(trials["status"]) == {"TERMINATED"}
     assert len(calibration.read_run(tmp_path / "run")) == 4
+
+
+def test_probe_command_reports_a_linear_model_near_chance(capsys):
+    assert calibration.main(["probe", "--images", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"linear model on the pixels of 1000 synthetic v{synthetic.VERSION} images")
+    assert "on the other 200" in out
+    held_out = float(out.rsplit("%", 1)[0].rsplit(" ", 1)[1])
+    assert held_out < 20

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torchvision.datasets import CIFAR10
 
-from tuning import data, synthetic
+from tuning import calibration, data, synthetic
 
 
 def test_synthetic_round_trips_through_the_real_loader(synthetic_source):
@@ -120,29 +120,11 @@ def test_look_alike_classes_share_modes_that_differ_in_one_detail():
 
 
 def test_a_linear_model_on_pixels_stays_near_chance():
-    # The class is in local shapes and their layout, not in where colour sits: the templates of
-    # the previous generator gave a linear model most of the answer.
+    # The class is in local shapes and their layout, not in where colour sits: on version 1's
+    # colour templates the same probe reached 97 % on held-out images.
     _, (x, y, _) = _generated(1, 5000)
-    xs = torch.from_numpy(x).float().div(255).flatten(1)
-    xs = (xs - xs.mean(0)) / (xs.std(0) + 1e-6)
-    ys = torch.from_numpy(y).long()
-    torch.manual_seed(0)
-    model = torch.nn.Linear(xs.shape[1], 10)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # small matrices: a second thread only waits on a busy machine
-    try:
-        for _ in range(15):
-            for idx in torch.randperm(4000).split(200):
-                opt.zero_grad()
-                torch.nn.functional.cross_entropy(model(xs[idx]), ys[idx]).backward()
-                opt.step()
-    finally:
-        torch.set_num_threads(threads)
-    with torch.no_grad():
-        train_acc = (model(xs[:4000]).argmax(1) == ys[:4000]).float().mean().item()
-        held_out = (model(xs[4000:]).argmax(1) == ys[4000:]).float().mean().item()
-    assert train_acc > 0.4  # it did fit: it memorised the training images
+    fit, held_out = calibration.linear_probe(x, y, n_fit=4000)
+    assert fit > 0.4  # it did fit: it memorised its training images
     assert held_out < 0.16  # ... and learned nothing that carries over (chance: 0.10)
 
 
