@@ -118,3 +118,9 @@ def test_probe_command_reports_a_linear_model_near_chance(capsys):
     assert "on the other 200" in out
     held_out = float(out.rsplit("%", 1)[0].rsplit(" ", 1)[1])
     assert held_out < 20
+
+
+def test_examples_command_draws_a_png(tmp_path):
+    png = tmp_path / "examples.png"
+    assert calibration.main(["examples", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 50_000

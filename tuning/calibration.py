@@ -11,7 +11,8 @@ GPU) and writes the same two tables, so the generator can be tuned in minutes. A
 proxy: more data and more epochs raise every accuracy.
 
 ``probe`` fits a linear model to the pixels of freshly generated images: it should stay near
-chance on held-out images, or the data's hyperparameters would hardly matter.
+chance on held-out images, or the data's hyperparameters would hardly matter. ``examples PNG``
+draws some images of each class.
 
 Exit code: 0 when every check passes, 1 when one fails, 2 on bad input.
 """
@@ -173,6 +174,30 @@ def probe(n: int = 5000, seed: int = 1) -> str:
             f"{fit:.1%} on the {n * 4 // 5} it was fitted to, {held_out:.1%} on the other {n - n * 4 // 5}\n")
 
 
+def examples(path: Path, per_class: int = 6, seed: int = 0) -> Path:
+    """A picture of the data: per_class images of each true class, a red frame where the label
+    written is another class (docs/synthetic-data-examples.png)."""
+    from matplotlib.figure import Figure
+
+    from tuning import synthetic
+    from tuning.data import CLASSES
+
+    rng = np.random.default_rng(seed)  # drawn as data.prepare(seed=seed) draws them
+    x, labels, clean = synthetic.images(rng, synthetic.templates(rng), 200 * per_class)
+    fig = Figure(figsize=(per_class, 8.6), layout="constrained")
+    for c, row in enumerate(fig.subplots(len(CLASSES), per_class)):
+        for j, (ax, i) in enumerate(zip(row, np.flatnonzero(clean == c)[:per_class])):
+            ax.imshow(x[i].transpose(1, 2, 0), interpolation="nearest")
+            ax.set_xticks([]), ax.set_yticks([])
+            ax.set_ylabel(CLASSES[c] if j == 0 else "", fontsize=9)
+            if labels[i] != clean[i]:
+                ax.spines[:].set(color="red", linewidth=2)
+    fig.suptitle(f"synthetic CIFAR-10 v{synthetic.VERSION}, seed {seed}: {per_class} images of each true "
+                 "class\n(red frame: written with a wrong label)", fontsize=9)
+    fig.savefig(path, dpi=72)
+    return path
+
+
 # ---------------------------------------------------------------- proxy runs, without Ray
 
 def _train_one(job: dict) -> pd.DataFrame:
@@ -254,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     lin = sub.add_parser("probe", help="how far a linear model on pixels gets (chance is 10%%)")
     lin.add_argument("--images", type=int, default=5000, help="generated; 4/5 fit, 1/5 held out")
     lin.add_argument("--seed", type=int, default=1)
+    pic = sub.add_parser("examples", help="a PNG of example images, wrong labels framed in red")
+    pic.add_argument("png", type=Path)
+    pic.add_argument("--seed", type=int, default=0)
     for p in (tab, run):
         p.add_argument("dir", type=Path, help="results folder (trials.csv, epochs.csv)")
         p.add_argument("--early-epoch", type=int, default=2, help="the epoch whose ranking is compared "
@@ -274,6 +302,9 @@ def main(argv: list[str] | None = None) -> int:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         if args.command == "probe":
             print(probe(args.images, args.seed), end="")
+            return 0
+        if args.command == "examples":
+            print(f"Examples: {examples(args.png, seed=args.seed)}")
             return 0
         if args.command == "proxy":
             epochs = proxy(args.dir, train=args.train, val=args.val, epochs=args.epochs, lrs=args.lr,
