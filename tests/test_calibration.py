@@ -59,10 +59,11 @@ def test_verdicts_on_a_grid_that_misses_every_target():
 
 
 def test_a_flip_smaller_than_the_margin_is_not_a_crossing():
-    early = pd.Series({"a": 0.700, "b": 0.695})
-    assert calibration.crossings(early, pd.Series({"a": 0.80, "b": 0.85})) == []  # 0.5 point early
+    early = pd.Series({"a": 0.700, "b": 0.69})
+    assert calibration.crossings(early, pd.Series({"a": 0.80, "b": 0.85})) == []  # 1 point early
     final = pd.Series({"a": 0.80, "b": 0.85})
-    assert calibration.crossings(early.replace(0.695, 0.68), final) == [("a", "b")]
+    assert calibration.crossings(early.replace(0.69, 0.675), final) == [("a", "b")]
+    assert calibration.crossings(early.replace(0.69, 0.675), final - [0, 0.04]) == []  # 1 point late
 
 
 def test_repeated_configurations_are_averaged():
