@@ -1,3 +1,4 @@
+import json
 import pickle
 from pathlib import Path
 
@@ -6,7 +7,7 @@ import pytest
 import torch
 from torchvision.datasets import CIFAR10
 
-from tuning import data
+from tuning import calibration, data, synthetic
 
 
 def test_synthetic_round_trips_through_the_real_loader(synthetic_source):
@@ -71,3 +72,105 @@ def test_auto_falls_back_to_synthetic_offline(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "_reachable", lambda url, timeout: False)
     src = data.prepare("auto", tmp_path, synthetic_train=500, synthetic_test=100)
     assert src.kind == "synthetic"
+
+
+# ---------------------------------------------------------------- the generator itself
+
+def _generated(seed: int, n: int):
+    rng = np.random.default_rng(seed)
+    t = synthetic.templates(rng)
+    return t, synthetic.images(rng, t, n)
+
+
+def test_generator_is_deterministic_for_a_seed_and_differs_between_seeds():
+    _, (x1, y1, c1) = _generated(5, 1500)
+    _, (x2, y2, c2) = _generated(5, 1500)
+    _, (x3, _, _) = _generated(6, 1500)
+    assert x1.dtype == np.uint8 and x1.shape == (1500, 3, 32, 32)
+    assert x1.tobytes() == x2.tobytes() and np.array_equal(y1, y2) and np.array_equal(c1, c2)
+    assert (x1 != x3).mean() > 0.5  # another seed: other images, not a shifted copy
+
+
+def test_labels_are_wrong_at_the_configured_rate_and_never_by_accident():
+    _, (_, labels, clean) = _generated(0, 20_000)
+    wrong = labels != clean
+    # Binomial standard error at 20,000 draws is 0.0017: 0.01 is 6 of them.
+    assert abs(wrong.mean() - synthetic.LABEL_NOISE) < 0.01
+    # A wrong label is any other class, uniformly: every (true, written) pair off the diagonal occurs.
+    pairs = set(zip(clean[wrong].tolist(), labels[wrong].tolist()))
+    assert len(pairs) == 90
+    for y in (labels, clean):  # every class, in roughly equal shares
+        counts = np.bincount(y, minlength=10)
+        assert counts.min() > 0.9 * len(y) / 10 and counts.max() < 1.1 * len(y) / 10
+
+
+def test_look_alike_classes_share_modes_that_differ_in_one_detail():
+    t = synthetic.templates(np.random.default_rng(0))
+    assert t.parts.shape == (10, synthetic.MODES, synthetic.PARTS, 3) and synthetic.MODES >= 3
+    for a, b in synthetic.PAIRS:
+        for m in range(synthetic.SHARED_MODES):
+            assert np.array_equal(t.parts[a, m, :, 1:], t.parts[b, m, :, 1:])  # same layout
+            same_glyph = t.parts[a, m, :, 0] == t.parts[b, m, :, 0]
+            if m % 2 == 0:  # one glyph swapped
+                assert same_glyph.sum() == synthetic.PARTS - 1
+            else:  # the same glyphs, in other places
+                assert sorted(t.parts[a, m, :, 0]) == sorted(t.parts[b, m, :, 0]) and not same_glyph.all()
+        # The other modes are the class's own.
+        assert not np.array_equal(t.parts[a, -1], t.parts[b, -1])
+
+
+def test_a_linear_model_on_pixels_stays_near_chance():
+    # The class is in local shapes and their layout, not in where colour sits: on version 1's
+    # colour templates the same probe reached 97 % on held-out images.
+    _, (x, y, _) = _generated(1, 5000)
+    fit, held_out = calibration.linear_probe(x, y, n_fit=4000)
+    assert fit > 0.4  # it did fit: it memorised its training images
+    assert held_out < 0.16  # ... and learned nothing that carries over (chance: 0.10)
+
+
+# ---------------------------------------------------------------- the data version
+
+def test_manifest_names_the_generator_version_and_its_wrong_labels(tmp_path):
+    src = data.prepare("synthetic", tmp_path, seed=0, synthetic_train=2000, synthetic_test=500)
+    assert Path(src.root).name == f"v{synthetic.VERSION}-seed0-train2000-test500"
+    manifest = json.loads((Path(src.root) / "synthetic.json").read_text())
+    assert manifest["version"] == synthetic.VERSION and manifest["label_noise"] == synthetic.LABEL_NOISE
+    assert abs(manifest["wrong_labels"] / 2500 - synthetic.LABEL_NOISE) < 0.03
+
+
+def test_a_folder_of_the_old_generator_is_not_reused(tmp_path):
+    # What version 1 wrote: seed{S}-train{N}-test{M}, a manifest without a version.
+    old = tmp_path / "synthetic" / "seed0-train500-test100"
+    (old / "cifar-10-batches-py").mkdir(parents=True)
+    (old / "cifar-10-batches-py" / "data_batch_1").write_bytes(b"old")
+    (old / "synthetic.json").write_text(json.dumps({"seed": 0, "n_train": 500, "n_test": 100, "md5": {}}))
+    src = data.prepare("synthetic", tmp_path, seed=0, synthetic_train=500, synthetic_test=100)
+    assert Path(src.root) != old and Path(src.root).parent == old.parent
+    assert (old / "cifar-10-batches-py" / "data_batch_1").read_bytes() == b"old"  # left alone
+    train, val = data.load_train_val.__wrapped__(src)
+    assert len(train) + len(val) == 500
+
+
+def test_files_of_another_version_under_the_same_name_are_regenerated(tmp_path):
+    root = tmp_path / "same-name"
+    data.ensure_synthetic(root, seed=2, n_train=500, n_test=100)
+    batch = root / "cifar-10-batches-py" / "data_batch_3"
+    original = batch.read_bytes()
+    manifest = root / "synthetic.json"
+    stale = json.loads(manifest.read_text())
+    stale["version"] = synthetic.VERSION - 1
+    manifest.write_text(json.dumps(stale))
+    batch.write_bytes(b"written by another generator")
+    data.ensure_synthetic(root, seed=2, n_train=500, n_test=100)
+    assert batch.read_bytes() == original
+    assert json.loads(manifest.read_text())["version"] == synthetic.VERSION
+
+
+def test_a_node_without_the_folder_regenerates_it_from_its_name(tmp_path):
+    # A cluster node that lacks the driver's disk gets the DataSource's path and nothing else.
+    driver = data.prepare("synthetic", tmp_path / "driver", seed=4, synthetic_train=500, synthetic_test=100)
+    node_root = tmp_path / "node" / "synthetic" / Path(driver.root).name
+    train, _ = data.load_train_val.__wrapped__(data.DataSource("synthetic", str(node_root)))
+    batch = "cifar-10-batches-py/data_batch_1"
+    assert (node_root / batch).read_bytes() == (Path(driver.root) / batch).read_bytes()
+    assert len(train) == 450

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 from filelock import FileLock
 
+from tuning import synthetic
+
 log = logging.getLogger(__name__)
 
 # Channel statistics of the CIFAR-10 training set; synthetic data is drawn to roughly match.
@@ -126,7 +128,7 @@ def prepare(kind: str, data_dir: str | os.PathLike, *, seed: int = 0, synthetic_
                 f"copy cifar-10-python.tar.gz there and unpack it (see README), or use --data synthetic")
     elif kind != "synthetic":
         raise DataError(f"unknown data kind {kind!r}: use auto, cifar10 or synthetic")
-    root = data_dir / "synthetic" / f"seed{seed}-train{synthetic_train}-test{synthetic_test}"
+    root = synthetic_root(data_dir, seed=seed, n_train=synthetic_train, n_test=synthetic_test)
     try:
         ensure_synthetic(root, seed=seed, n_train=synthetic_train, n_test=synthetic_test)
     except OSError as exc:
@@ -137,33 +139,13 @@ def prepare(kind: str, data_dir: str | os.PathLike, *, seed: int = 0, synthetic_
 
 # ---------------------------------------------------------------- synthetic data
 
-def _synthetic_images(rng: np.random.Generator, templates: np.ndarray, n: int):
-    """Class templates, randomly shifted and flipped, washed in heavy noise: learnable, but only
-    with a well-chosen learning rate inside a few epochs."""
-    labels = rng.integers(0, 10, size=n)
-    distractor = (labels + rng.integers(1, 10, size=n)) % 10  # never the image's own class
-    mix = rng.uniform(0.0, 0.45, size=(n, 1, 1, 1))
-    imgs = (1 - mix) * templates[labels] + mix * templates[distractor]  # (n, 3, 32, 32) in [0, 1]
-    shifts = rng.integers(-3, 4, size=(n, 2))
-    for dy in range(-3, 4):  # grouped rolls keep this vectorised
-        for dx in range(-3, 4):
-            sel = (shifts[:, 0] == dy) & (shifts[:, 1] == dx)
-            imgs[sel] = np.roll(imgs[sel], (dy, dx), axis=(2, 3))
-    flip = rng.random(n) < 0.5
-    imgs[flip] = imgs[flip][..., ::-1]
-    contrast = rng.uniform(0.4, 1.0, size=(n, 1, 1, 1))
-    brightness = rng.uniform(-0.15, 0.15, size=(n, 3, 1, 1))
-    noise = rng.normal(0.0, 0.3, size=imgs.shape)
-    out = 0.5 + contrast * (imgs - 0.5) + brightness + noise
-    return (np.clip(out, 0, 1) * 255).astype(np.uint8), labels
+def synthetic_root(data_dir: str | os.PathLike, *, seed: int, n_train: int, n_test: int) -> Path:
+    """Where prepare() writes synthetic data. The generator's version is part of the name, so a
+    folder written by an older generator is never read as this one's data."""
+    return Path(data_dir) / "synthetic" / f"v{synthetic.VERSION}-seed{seed}-train{n_train}-test{n_test}"
 
 
-def _templates(rng: np.random.Generator) -> np.ndarray:
-    # Low-frequency colour patterns (4x4 upsampled to 32x32): structure a convnet can pick up.
-    coarse = rng.random((10, 3, 4, 4))
-    up = torch.nn.functional.interpolate(torch.from_numpy(coarse), size=(32, 32), mode="bicubic",
-                                         align_corners=False)
-    return up.clamp(0, 1).numpy()
+_SYNTHETIC_NAME = re.compile(r"v(\d+)-seed(\d+)-train(\d+)-test(\d+)")
 
 
 def _write_batch(path: Path, data: np.ndarray, labels: np.ndarray, name: str) -> str:
@@ -176,33 +158,45 @@ def _write_batch(path: Path, data: np.ndarray, labels: np.ndarray, name: str) ->
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
+def _synthetic_version(manifest: Path) -> int | None:
+    try:
+        return json.loads(manifest.read_text()).get("version", 1)  # version 1 wrote none
+    except (OSError, ValueError):
+        return None
+
+
 def ensure_synthetic(root: str | os.PathLike, *, seed: int, n_train: int, n_test: int) -> None:
-    """Write a deterministic synthetic CIFAR-10 under root/cifar-10-batches-py, once."""
+    """Write a deterministic synthetic CIFAR-10 under root/cifar-10-batches-py, once. Files that a
+    different generator version wrote are replaced."""
     root = Path(root)
     folder = root / _cifar10().base_folder
     manifest = root / "synthetic.json"
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / ".generate.lock")):  # several trials or runs may ask at once
-        if manifest.exists():
+        found = _synthetic_version(manifest) if manifest.exists() else None
+        if found == synthetic.VERSION:
             return
-        log.warning("generating synthetic CIFAR-10 (%d train, %d test, seed %d) in %s",
-                    n_train, n_test, seed, folder)
+        log.warning("generating synthetic CIFAR-10 v%d (%d train, %d test, seed %d) in %s%s",
+                    synthetic.VERSION, n_train, n_test, seed, folder,
+                    f", replacing version {found}" if found is not None else "")
+        manifest.unlink(missing_ok=True)  # until the new files are complete, none is valid
         rng = np.random.default_rng(seed)
-        templates = _templates(rng)
-        md5s = {}
+        templates, glyphs = synthetic.templates(rng), synthetic.glyphs()
+        md5s, wrong = {}, 0
         sizes = [n_train // 5 + (1 if i < n_train % 5 else 0) for i in range(5)]
-        for i, size in enumerate(sizes, start=1):
-            data, labels = _synthetic_images(rng, templates.copy(), size)
-            md5s[f"data_batch_{i}"] = _write_batch(folder / f"data_batch_{i}", data, labels,
-                                                   f"training batch {i} of 5")
-        data, labels = _synthetic_images(rng, templates.copy(), n_test)
-        md5s["test_batch"] = _write_batch(folder / "test_batch", data, labels, "testing batch 1 of 1")
+        names = [(f"data_batch_{i}", f"training batch {i} of 5") for i in range(1, 6)]
+        for (name, label), size in zip(names + [("test_batch", "testing batch 1 of 1")], sizes + [n_test]):
+            data, labels, clean = synthetic.images(rng, templates, size, glyphs)
+            md5s[name] = _write_batch(folder / name, data, labels, label)
+            wrong += int((labels != clean).sum())
         meta = folder / "batches.meta"
         with open(meta, "wb") as f:
             pickle.dump({"label_names": CLASSES, "num_cases_per_batch": sizes[0], "num_vis": 3072}, f)
         md5s["batches.meta"] = hashlib.md5(meta.read_bytes()).hexdigest()
         tmp = manifest.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"seed": seed, "n_train": n_train, "n_test": n_test, "md5": md5s}, indent=1))
+        tmp.write_text(json.dumps({"version": synthetic.VERSION, "seed": seed, "n_train": n_train,
+                                   "n_test": n_test, "label_noise": synthetic.LABEL_NOISE,
+                                   "wrong_labels": wrong, "md5": md5s}, indent=1))
         os.replace(tmp, manifest)  # the manifest is written last: its presence means "complete"
 
 
@@ -211,11 +205,11 @@ def _dataset(source: DataSource, train: bool):
     if source.kind == "cifar10":
         return CIFAR10(source.root, train=train, download=False)
     root = Path(source.root)
-    spec = re.fullmatch(r"seed(\d+)-train(\d+)-test(\d+)", root.name)
-    if spec and not (root / "synthetic.json").exists():
+    spec = _SYNTHETIC_NAME.fullmatch(root.name)
+    if spec and int(spec[1]) == synthetic.VERSION and not (root / "synthetic.json").exists():
         # Another node of a cluster, without the driver's disk: generated from the seed, the
         # files are the same bytes as the driver's.
-        ensure_synthetic(root, seed=int(spec[1]), n_train=int(spec[2]), n_test=int(spec[3]))
+        ensure_synthetic(root, seed=int(spec[2]), n_train=int(spec[3]), n_test=int(spec[4]))
     # torchvision checks every file against the real CIFAR-10's md5 sums, which synthetic files
     # cannot match. Rather than skip the check, point it at the sums recorded when they were written.
     md5 = json.loads((Path(source.root) / "synthetic.json").read_text())["md5"]
