@@ -177,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     argv = sys.argv[1:] if argv is None else list(argv)
+    cli.stop_on_sigterm_like_ctrl_c()
     p = cli.Parser(prog="python -m tuning.compare", description=__doc__.split("\n\n")[0])
     p.add_argument("experiment", help="an experiment declaration, e.g. experiments/counting_ones")
     p.add_argument("--smoke", action="store_true", help="the experiment's CI-sized settings")
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "in it are kept, not run again")
     p.add_argument("--address", metavar="auto|HOST:PORT",
                    help="run on the Ray cluster there instead of starting a local Ray")
-    p.add_argument("--storage-path", metavar="DIR|URI",
+    p.add_argument("--storage-path", metavar="DIR|URI", type=cli.storage_path,
                    help="where Tune keeps experiments and checkpoints: a folder every node reaches, or s3://...")
     try:
         args = p.parse_args(argv)
@@ -201,10 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, spaces.SpaceError, data.DataError, report.ReportError, ClusterError) as exc:
         print(f"tuning.compare: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         print("tuning.compare: interrupted; finished runs are kept: run the same command again to go on",
               file=sys.stderr)
-        return 130
+        return cli.interrupted_status()
     print(f"\nReport: {html}\n        {Path(html).with_suffix('.md')}\nRows:   {out / 'runs.csv'}")
     return 0
 

@@ -131,11 +131,27 @@ def _plain(v):
 
 # ---------------------------------------------------------------- files
 
+class WriteError(Exception):
+    """A results file cannot be written (a full disk, a path made unwritable): one line naming it."""
+
+    def __init__(self, path: Path, exc: OSError):
+        super().__init__(f"cannot write {path} ({exc.strerror or exc})")
+        self.path = path
+
+
 def _atomic(path: Path, write) -> None:
-    """Write to a temporary name, then rename: a crash never leaves a half-written file."""
+    """Write to a temporary name, then rename: a crash or a full disk never leaves a half-written
+    file, and the previous one stays whole."""
     tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise WriteError(path, exc) from None
 
 
 def write_json(path: Path, obj) -> None:
