@@ -1,8 +1,10 @@
 """tuning.compare end to end: counting ones in smoke size through real Ray, then the report."""
 
 import json
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -115,6 +117,26 @@ def test_grid_that_runs_out_of_points_stops_early_and_the_report_says_so(tmp_pat
     assert runs["trial_id"].nunique() == 64  # 2 points in each of 6 dimensions
     assert runs["consumed_budget"].max() == pytest.approx(64)
     assert "grid exhausted after 64 of 70 full evaluations" in (tmp_path / "out" / "report.md").read_text()
+
+
+@pytest.mark.timeout(600)
+def test_sigterm_stops_a_comparison_as_ctrl_c_does_and_finished_runs_are_kept(tmp_path):
+    (tmp_path / "two.py").write_text(
+        "from tuning.compare import Experiment\n"
+        "EXPERIMENT = Experiment(space='counting_ones', budget=20, seeds=(0,), strategies=('random', 'asha'))\n")
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "tuning.compare", str(tmp_path / "two"), "--out", str(out)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 300
+    while not (out / "runs" / "random-s0.csv").exists():  # the first run finished, the second starts
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGTERM)
+    text, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 143, text[-3000:]
+    assert "tuning.compare: interrupted; finished runs are kept" in text
+    assert "SIGTERM received" not in text and "Traceback" not in text, text[-3000:]  # no Ray crash dump
+    assert [p.name for p in (out / "runs").glob("*.csv")] == ["random-s0.csv"]  # the cut run is not kept as done
 
 
 @pytest.mark.parametrize("args,needle", [

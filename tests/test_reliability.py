@@ -257,7 +257,7 @@ def misbehaving(tmp_path_factory):
 
 
 def test_failing_trials_are_contained_and_the_run_succeeds(misbehaving):
-    proc, trials, results = misbehaving
+    proc, trials, results, _ = misbehaving
     assert proc.returncode == 0, proc.stderr[-3000:]  # non-zero only when no trial succeeded
     assert trials.loc["steady", "status"] == "TERMINATED" and trials.loc["steady", "failures"] == 0
     assert "2 failed" in proc.stdout
