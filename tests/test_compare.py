@@ -123,7 +123,7 @@ def test_grid_that_runs_out_of_points_stops_early_and_the_report_says_so(tmp_pat
 def test_sigterm_stops_a_comparison_as_ctrl_c_does_and_finished_runs_are_kept(tmp_path):
     (tmp_path / "two.py").write_text(
         "from tuning.compare import Experiment\n"
-        "EXPERIMENT = Experiment(space='counting_ones', budget=20, seeds=(0,), strategies=('random', 'asha'))\n")
+        "EXPERIMENT = Experiment(space='counting_ones', budget=10, seeds=(0,), strategies=('random', 'asha'))\n")
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "tuning.compare", str(tmp_path / "two"), "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
