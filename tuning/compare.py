@@ -202,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     except (UsageError, spaces.SpaceError, data.DataError, report.ReportError, ClusterError) as exc:
         print(f"tuning.compare: error: {exc}", file=sys.stderr)
         return 2
+    except results.WriteError as exc:  # a full disk: not bad input
+        print(f"tuning.compare: error: {exc}; finished runs are kept: fix that and run the same command again",
+              file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM
         print("tuning.compare: interrupted; finished runs are kept: run the same command again to go on",
               file=sys.stderr)
