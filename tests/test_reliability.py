@@ -237,7 +237,8 @@ def test_a_damaged_row_in_the_middle_is_skipped_with_a_warning_naming_it(tmp_pat
     from tuning.backend import read_rows
 
     rows = tmp_path / "results.jsonl"
-    rows.write_text('{"trial_id": "a", "loss": 1}\n{"trial_id": "a", "lo\n{"loss": 3}\n\n{"trial_id": "b", "loss": 2}\n')
+    rows.write_text('{"trial_id": "a", "loss": 1}\n{"trial_id": "a", "lo\n{"loss": 3}\n\n'
+                    '{"trial_id": "b", "loss": 2}\n')
     assert read_rows(rows) == {"a": [{"trial_id": "a", "loss": 1}], "b": [{"trial_id": "b", "loss": 2}]}
     assert f"{rows} line 2 is damaged" in caplog.text and f"{rows} line 3 is damaged" in caplog.text
     assert "line 4" not in caplog.text  # an empty line is no damage
