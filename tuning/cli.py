@@ -2,6 +2,7 @@
 a checked --storage-path; and SIGTERM, which stops a command the way Ctrl-C does."""
 
 import argparse
+import contextlib
 import signal
 from pathlib import Path
 
@@ -38,11 +39,17 @@ def storage_path(value: str) -> str:
 _stopped_by = signal.SIGINT  # the signal that stopped the command early: its exit status is 128 + it
 
 
-def stop_on_sigterm_like_ctrl_c() -> None:
-    """SIGTERM (timeout, kill, Kubernetes, Slurm, `ray job stop`) stops the command the way Ctrl-C
-    does: it is handed to whatever handles SIGINT at that moment. During tune.run that is Tune's
-    handler, which saves the experiment and returns; elsewhere Python's KeyboardInterrupt."""
-    signal.signal(signal.SIGTERM, _forward_to_sigint)
+@contextlib.contextmanager
+def sigterm_stops_like_ctrl_c():
+    """Within, SIGTERM (timeout, kill, Kubernetes, Slurm, `ray job stop`) stops the command the way
+    Ctrl-C does: it is handed to whatever handles SIGINT at that moment. During tune.run that is
+    Tune's handler, which saves the experiment and returns; elsewhere Python's KeyboardInterrupt."""
+    previous = signal.signal(signal.SIGTERM, _forward_to_sigint)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _forward_to_sigint(signum, frame) -> None:

@@ -160,20 +160,20 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     argv = sys.argv[1:] if argv is None else list(argv)
-    cli.stop_on_sigterm_like_ctrl_c()
-    try:
-        return _main(argv)
-    except (UsageError, spaces.SpaceError, data.DataError, _ClusterError) as exc:
-        print(f"tuning.run: error: {exc}", file=sys.stderr)
-        return 2
-    except results.WriteError as exc:  # a full disk, a file that cannot be written: not bad input
-        print(f"tuning.run: error: {exc}; the experiment is saved up to the last result written: fix that, "
-              f"then continue with python -m tuning.run --resume {exc.path.parent}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM, while the first one's state was being saved
-        print("tuning.run: interrupted twice; resume with --resume DIR (the last saved state is used)",
-              file=sys.stderr)
-        return cli.interrupted_status()
+    with cli.sigterm_stops_like_ctrl_c():
+        try:
+            return _main(argv)
+        except (UsageError, spaces.SpaceError, data.DataError, _ClusterError) as exc:
+            print(f"tuning.run: error: {exc}", file=sys.stderr)
+            return 2
+        except results.WriteError as exc:  # a full disk, a file that cannot be written: not bad input
+            print(f"tuning.run: error: {exc}; the experiment is saved up to the last result written: fix that, "
+                  f"then continue with python -m tuning.run --resume {exc.path.parent}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM, while the first one's state was being saved
+            print("tuning.run: interrupted twice; resume with --resume DIR (the last saved state is used)",
+                  file=sys.stderr)
+            return cli.interrupted_status()
 
 
 def _main(argv: list[str]) -> int:
