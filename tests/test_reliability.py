@@ -234,7 +234,7 @@ def test_a_results_file_that_cannot_be_written_stops_the_run_and_resume_continue
 
 
 def test_a_damaged_row_in_the_middle_is_skipped_with_a_warning_naming_it(tmp_path, caplog):
-    from tuning.backend import read_rows
+    from tuning.results import read_rows
 
     rows = tmp_path / "results.jsonl"
     rows.write_text('{"trial_id": "a", "loss": 1}\n{"trial_id": "a", "lo\n{"loss": 3}\n\n'

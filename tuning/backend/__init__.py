@@ -1,6 +1,6 @@
 """Every Ray call of the project: starting Ray, search algorithms and schedulers, ``tune.run``
 with a CLIReporter, and reading back what the trials did; the trainables are in
-tuning/backend/trainables.py.
+tuning/backend/trainables.py, the results.jsonl log in tuning/backend/rowlog.py.
 
 What leaves this package is plain data (dicts, lists, paths), so tables, reports and the CLIs
 never touch Ray objects.
@@ -8,7 +8,6 @@ never touch Ray objects.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuning import results, spaces
+from tuning.backend import rowlog
 from tuning.backend.cluster import ClusterError, cluster_info, quiet_ray_logging, start_ray, stop_ray  # noqa: F401
 from tuning.backend.trainables import benchmark_trainable, train_function
 from tuning.benchmarks import BENCHMARKS
@@ -296,8 +296,8 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     tune_handler_set = (threading.current_thread() is threading.main_thread()
                         and os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0") == "0")
     storage, name = experiment_location(spec.results_dir, spec.storage_path)
-    row_log = _row_log(spec.rows_file)
-    analysis = _raising_write_errors(tune.run, row_log)(
+    row_log = rowlog.row_log(spec.rows_file)
+    analysis = rowlog.raising_write_errors(tune.run, row_log)(
         trainable,
         name=name,
         storage_path=storage,
@@ -321,38 +321,8 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     )
     interrupted = tune_handler_set and signal.getsignal(signal.SIGINT) is before
     signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
-    rows = read_rows(spec.rows_file)
+    rows = results.read_rows(spec.rows_file)
     return [_record(t, rows.get(t.trial_id, [])) for t in analysis.trials], interrupted
-
-
-def read_rows(path: Path) -> dict[str, list[dict]]:
-    """The rows of results.jsonl by trial. A damaged line (cut short by a crash or a full disk;
-    after a resume it sits in the middle) is skipped with a warning naming it: what it held was
-    either trained again after the resume or never reached Tune's saved experiment."""
-    rows: dict[str, list[dict]] = {}
-    for number, line in enumerate(path.read_text().splitlines() if path.exists() else [], start=1):
-        try:
-            row = json.loads(line)
-            rows.setdefault(row["trial_id"], []).append(row)
-        except (ValueError, KeyError, TypeError) as exc:
-            if line.strip():
-                log.warning("%s line %d is damaged (%s: %s): skipped; the tables are built from the other lines",
-                            path, number, type(exc).__name__, exc)
-    return rows
-
-
-def _raising_write_errors(tune_run, row_log):
-    """tune.run, except that a row the log could not write comes out as the results.WriteError it
-    is: Tune wraps a callback's exception in a TuneError holding its traceback as text."""
-    def call(*args, **kwargs):
-        try:
-            return tune_run(*args, **kwargs)
-        except Exception:
-            if row_log.error is not None:
-                raise row_log.error from None
-            raise
-
-    return call
 
 
 def experiment_location(results_dir: Path, storage_path: str | None) -> tuple[str, str]:
@@ -367,44 +337,6 @@ def _tune_loggers() -> list:
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
     return [JsonLoggerCallback(), CSVLoggerCallback(), TBXLoggerCallback()]
-
-
-def _row_log(path: Path):
-    """A Tune callback appending every result to `path` as it arrives, before the step's
-    experiment snapshot: after a crash the file holds what the snapshot on storage knows, or more
-    (the snapshot is copied there in the background); a resume trains those epochs again, and
-    the tables count them as recomputed.
-
-    A row that cannot be written (a full disk) raises results.WriteError out of tune.run: Tune
-    calls this before it records the result and its checkpoint, so the saved experiment stays
-    behind the file, and a resume trains that epoch again and logs it then."""
-    from ray.tune import Callback
-
-    def append(text: str) -> None:
-        try:
-            with open(path, "a") as f:
-                f.write(text)
-        except OSError as exc:
-            raise results.WriteError(path, exc) from None
-
-    # A line cut short by a crash or a full disk must not swallow the next row.
-    if path.exists() and path.stat().st_size:
-        with open(path, "rb") as f:
-            f.seek(-1, os.SEEK_END)
-            if f.read(1) != b"\n":
-                append("\n")
-
-    class RowLog(Callback):
-        error: results.WriteError | None = None
-
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            try:
-                append(json.dumps({**result, "trial_id": trial.trial_id}, default=str) + "\n")
-            except results.WriteError as exc:
-                self.error = exc
-                raise
-
-    return RowLog()
 
 
 def _uri(fs, path: str) -> str:
