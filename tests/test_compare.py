@@ -129,7 +129,9 @@ def test_sigterm_stops_a_comparison_as_ctrl_c_does_and_finished_runs_are_kept(tm
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not (out / "runs" / "random-s0.csv").exists():  # the first run finished, the second starts
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0][-3000:]
+        if time.monotonic() > deadline:
+            proc.kill()
+        assert proc.poll() is None, proc.communicate()[0][-3000:]
         time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     text, _ = proc.communicate(timeout=300)
