@@ -1,3 +1,4 @@
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -5,6 +6,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# The suite never uses the network, with internet access or without: no CIFAR-10 download
+# (tuning.data), no Ray usage-stats report. Set in the environment, so every subprocess (tuning.run,
+# `ray start`, Ray's workers) inherits it; tests/test_data.py checks a data prepare opens no socket.
+os.environ["TUNING_NO_DOWNLOAD"] = "1"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
 
 @pytest.fixture(scope="session")

@@ -4,14 +4,18 @@ trainer="faulty:<function>"; they follow the trainer contract of tuning.trainer.
 
 import math
 import os
+import signal
 import time
 from pathlib import Path
 
 
-def _train(*, lr, epochs, state=None, on_epoch=None, seed=0, loss_at=None, sleep_s=0.0, **_):
+def _train(*, lr, epochs, state=None, on_epoch=None, seed=0, loss_at=None, sleep_s=0.0, gate=None, **_):
+    """gate: a file; while it exists, no epoch starts (a test holds a run mid-way with it)."""
     start = int(state["epoch"]) if state else 0
     metrics = {}
     for epoch in range(start, epochs):
+        while gate and Path(gate).exists():
+            time.sleep(0.05)
         time.sleep(sleep_s)
         loss = loss_at(epoch) if loss_at else 1.0 / (1 + epoch) + lr
         metrics = {"loss": loss, "epoch": epoch + 1}
@@ -32,6 +36,21 @@ def flaky(*, lr, epochs, marker_dir, **kw):
         marker.write_text(str(os.getpid()))
         raise RuntimeError(f"transient failure for lr={lr!r}")
     return _train(lr=lr, epochs=epochs, **kw)
+
+
+def killed_once(*, lr, epochs, marker_dir, on_epoch, **kw):
+    """The first time, its process (the trial's ray:: actor) is SIGKILLed a second into epoch 3,
+    as the OOM killer kills it; the file `killed` in marker_dir holds that process's pid."""
+    marker = Path(marker_dir) / "killed"
+
+    def report(metrics, state):
+        on_epoch(metrics, state)
+        if metrics["epoch"] == 2 and not marker.exists():
+            marker.write_text(str(os.getpid()))
+            time.sleep(1.0)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return _train(lr=lr, epochs=epochs, on_epoch=report, **kw)
 
 
 def broken_when_large(*, lr, epochs, **kw):
@@ -55,7 +74,8 @@ def out_of_memory(*, lr, epochs, **kw):
 def misbehave(*, mode, lr=0.1, epochs, marker_dir=".", **kw):
     """One trainer per way a trial can go wrong, chosen by the searched `mode`, so one run
     exercises them all."""
-    behaviour = {"steady": steady, "flaky": flaky, "broken": lambda **k: broken_when_large(**{**k, "lr": 0.9}),
+    behaviour = {"steady": steady, "flaky": flaky, "killed": killed_once,
+                 "broken": lambda **k: broken_when_large(**{**k, "lr": 0.9}),
                  "diverges": lambda **k: diverges_when_large(**{**k, "lr": 0.9}), "oom": out_of_memory}[mode]
     return behaviour(lr=lr, epochs=epochs, marker_dir=marker_dir, **kw)
 

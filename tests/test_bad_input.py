@@ -81,6 +81,9 @@ def test_malformed_space(capsys, workdir, case):
     (["--space", "cifar_asha", "--max-failures", "-1"], "--max-failures must be at least 0"),
     (["--space", "no_such_space"], "available spaces are"),
     ([], "--space is required"),
+    # Checked with pyarrow, as Ray opens it, before anything starts (an unknown scheme needs no network).
+    (["--space", "counting_ones", "--storage-path", "nosuchscheme://bucket/x"],
+     "argument --storage-path: nosuchscheme://bucket/x cannot be opened (Unrecognized filesystem type"),
 ])
 def test_bad_flags(capsys, workdir, argv, needle):
     _refused(capsys, argv + ["--results-dir", str(workdir / "new")], needle, workdir)
@@ -159,8 +162,9 @@ def test_partial_cifar10_names_the_missing_file(capsys, workdir, synthetic_sourc
 
 
 def test_cifar10_required_but_absent(capsys, workdir):
+    # The suite sets TUNING_NO_DOWNLOAD=1: the refusal, not a download, on a machine with internet too.
     _refused(capsys, ["--space", "cifar_asha", "--data", "cifar10", "--data-dir", str(workdir / "nodata"),
-                      "--results-dir", str(workdir / "new")], "--data synthetic", workdir)
+                      "--results-dir", str(workdir / "new")], "downloads are off (TUNING_NO_DOWNLOAD=1)", workdir)
 
 
 def test_data_dir_that_cannot_hold_synthetic_data(capsys, workdir):

@@ -12,6 +12,12 @@ import pytest
 
 from tuning import bench
 
+# The goals README.md (Performance) sets, written out here: the CSV's goal column is checked against
+# the specification, not against the dict in tuning/bench.py that wrote it.
+GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50",
+         "throughput_ratio_bs128": ">= 0.95", "throughput_ratio_bs512": ">= 0.95",
+         "rss_growth_epoch2_to_last_mb": "no growth", "bohb_recomputed_epochs": "0"}
+
 
 @pytest.mark.timeout(240)
 def test_quick_bench_produces_every_figure(tmp_path):
@@ -23,8 +29,13 @@ def test_quick_bench_produces_every_figure(tmp_path):
     assert {r["section"] for r in rows} == set(bench.SECTIONS)
     assert all(math.isfinite(float(r["value"])) for r in rows), rows
     metrics = {r["metric"] for r in rows}
-    assert set(bench.GOALS) <= metrics  # every goal has its figure
-    assert all(r["goal"] == bench.GOALS.get(r["metric"], "") for r in rows)
+    assert set(GOALS) <= metrics  # every goal has its figure
+    assert {r["metric"]: r["goal"] for r in rows if r["goal"]} == GOALS  # and only those figures have one
+    table = [line.split() for line in done.stdout.splitlines()]
+    printed = {words[1]: words for words in table if len(words) > 3 and words[0] in bench.SECTIONS}
+    for r in rows:  # the printed table carries every figure: section, metric, value, unit, goal, detail
+        section, _, value, unit, *rest = printed[r["metric"]]
+        assert (section, unit) == (r["section"], r["unit"])
+        assert float(value) == pytest.approx(float(r["value"]), rel=1e-5)
+        assert rest == (GOALS.get(r["metric"], "") + " " + r["detail"]).split()
     assert json.loads((out / "machine.json").read_text())["cpus"] >= 1
-    for r in rows:  # the printed table carries every figure
-        assert r["metric"] in done.stdout

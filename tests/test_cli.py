@@ -1,8 +1,10 @@
 """Bad input: one line naming what is wrong and how to fix it, exit 2, no traceback, nothing lost."""
 
+import argparse
+
 import pytest
 
-from tuning.run import main
+from tuning.run import build_parser, main
 
 
 def _fails(capsys, argv, *needles):
@@ -39,7 +41,8 @@ def test_missing_space_flag(capsys):
 
 def test_cifar10_without_the_data(capsys, tmp_path, results):
     _fails(capsys, ["--space", "cifar_asha", "--data", "cifar10", "--data-dir", str(tmp_path / "empty"),
-                    "--results-dir", results], "CIFAR-10 not found", "--data synthetic")
+                    "--results-dir", results], "CIFAR-10 not found", "downloads are off (TUNING_NO_DOWNLOAD=1)",
+           "--data synthetic")
 
 
 def test_results_dir_that_cannot_be_written(capsys, tmp_path):
@@ -75,10 +78,15 @@ def test_help_explains_every_flag(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
     assert exit_.value.code == 0
-    out = capsys.readouterr().out
-    for flag in ("--space", "--num-samples", "--max-epochs", "--seed", "--cpus-per-trial",
-                 "--gpus-per-trial", "--data", "--data-dir", "--results-dir", "--smoke"):
-        assert flag in out
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    flags = [a for a in build_parser()._actions if a.option_strings and a.dest != "help"]
+    assert len(flags) >= 18
+    for action in flags:  # every flag the parser takes, each with its explanation
+        assert action.help and action.help != argparse.SUPPRESS, action.option_strings
+        for flag in action.option_strings:
+            assert flag in out
+        explanation = " ".join(action.help.split()) % {"default": action.default}
+        assert explanation in out, action.option_strings
 
 
 def test_workers_per_trial_must_split_the_batch_sizes(capsys, tmp_path, ray_2cpus):
@@ -97,3 +105,11 @@ def test_zero_workers(capsys, tmp_path, ray_2cpus):
     _fails(capsys, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "0",
                     "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
            "--workers-per-trial must be at least 1")
+
+
+def test_a_storage_folder_is_made_absolute_for_tune(tmp_path, monkeypatch):
+    from tuning import cli
+
+    monkeypatch.chdir(tmp_path)
+    assert cli.storage_path("shared/tune") == str(tmp_path / "shared" / "tune")  # Tune refuses relative paths
+    assert cli.storage_path("file:///mnt/shared") == "file:///mnt/shared"

@@ -1,5 +1,8 @@
 import json
+import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -7,6 +10,7 @@ import pytest
 import torch
 from torchvision.datasets import CIFAR10
 
+from conftest import ROOT
 from tuning import calibration, data, synthetic
 
 
@@ -64,12 +68,14 @@ def test_split_is_cached_per_process(synthetic_source):
 
 
 def test_cifar10_required_but_missing_is_a_clear_error(tmp_path):
-    with pytest.raises(data.DataError, match="--data synthetic"):
+    # The suite runs with TUNING_NO_DOWNLOAD=1 (conftest): the refusal, not a failed download.
+    with pytest.raises(data.DataError, match=r"downloads are off \(TUNING_NO_DOWNLOAD=1\).*--data synthetic"):
         data.prepare("cifar10", tmp_path)
 
 
-def test_auto_falls_back_to_synthetic_offline(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "_reachable", lambda url, timeout: False)
+def test_auto_falls_back_to_synthetic_when_the_server_does_not_answer(tmp_path, monkeypatch):
+    monkeypatch.delenv("TUNING_NO_DOWNLOAD")
+    monkeypatch.setattr(data, "_reachable", lambda url, timeout: False)  # offline, without asking the network
     src = data.prepare("auto", tmp_path, synthetic_train=500, synthetic_test=100)
     assert src.kind == "synthetic"
 
@@ -174,3 +180,58 @@ def test_a_node_without_the_folder_regenerates_it_from_its_name(tmp_path):
     batch = "cifar-10-batches-py/data_batch_1"
     assert (node_root / batch).read_bytes() == (Path(driver.root) / batch).read_bytes()
     assert len(train) == 450
+
+
+# A data prepare in a fresh interpreter whose audit hook refuses, and reports, every socket lookup
+# or connection that does not stay on this machine (before any DNS query leaves it).
+GUARDED_PREPARE = """
+import ipaddress, sys
+
+def local(host):
+    if host is None or isinstance(host, bytes) or host in ("", "localhost") or host.startswith("/"):
+        return True  # unix sockets, the default host
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+def guard(event, args):
+    if event in ("socket.getaddrinfo", "socket.connect"):
+        host = args[0] if event == "socket.getaddrinfo" else args[1]
+        host = host[0] if isinstance(host, tuple) else host
+        if not local(host):
+            print(f"NETWORK {event} {host}", file=sys.stderr, flush=True)
+            raise OSError(f"network refused by the test: {host}")
+
+sys.addaudithook(guard)
+from tuning import data
+print(data.prepare("auto", sys.argv[1], synthetic_train=500, synthetic_test=100).kind)
+try:
+    data.prepare("cifar10", sys.argv[1])
+except data.DataError as exc:
+    print(exc)
+"""
+
+
+def _guarded_prepare(tmp_path, env) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", GUARDED_PREPARE, str(tmp_path / "data")], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_data_prepare_opens_no_network_connection(tmp_path):
+    done = _guarded_prepare(tmp_path, os.environ)  # the suite's environment: TUNING_NO_DOWNLOAD=1
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "NETWORK" not in done.stderr
+    kind, refusal = done.stdout.splitlines()
+    assert kind == "synthetic" and "downloads are off (TUNING_NO_DOWNLOAD=1)" in refusal
+
+
+def test_the_network_guard_catches_a_download_attempt(tmp_path):
+    # Without TUNING_NO_DOWNLOAD, --data auto and cifar10 try the CIFAR-10 server, as a user's
+    # machine with internet does: the guard sees it (and refuses it), so the test above can fail.
+    env = {k: v for k, v in os.environ.items() if k != "TUNING_NO_DOWNLOAD"}
+    done = _guarded_prepare(tmp_path, env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "NETWORK socket.getaddrinfo www.cs.toronto.edu" in done.stderr
+    kind, refusal = done.stdout.splitlines()
+    assert kind == "synthetic" and "it cannot be downloaded" in refusal

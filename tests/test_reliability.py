@@ -1,5 +1,6 @@
-"""Reliability with real processes and real signals: crash and resume, Ctrl-C, failing,
-diverging and out-of-memory trials, truncated checkpoints, atomic tables."""
+"""Reliability with real processes and real signals: crash and resume, Ctrl-C and SIGTERM, a
+resume holding its dir, failing, killed, diverging and out-of-memory trials, truncated
+checkpoints, a results file that cannot be written, damaged result rows, atomic tables."""
 
 import json
 import os
@@ -102,6 +103,15 @@ def _wait_until(proc, results: Path, timeout=300) -> None:
     raise AssertionError(f"no mid-run state within {timeout} s: {_progress(results)}")
 
 
+def _wait_for(proc, condition, timeout=300) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            proc.kill()
+        assert proc.poll() is None, proc.stdout.read()[-3000:]
+        time.sleep(0.2)
+
+
 def _space(tmp_path: Path, body: str) -> Path:
     f = tmp_path / "space.py"
     f.write_text("from tuning.spaces import Choice, LogUniform, Space, Uniform\n" + body)
@@ -120,7 +130,8 @@ def _check_tables(results: Path, trials_expected: int, max_epochs: int):
 
 
 STEADY = ("SPACE = Space(params={{'lr': Uniform(0.0, 1.0)}}, trainer='faulty:steady', strategy={strategy!r},"
-          " max_epochs={epochs}, num_samples=6, reduction_factor={rf}, gpus_per_trial=0, fixed={{'sleep_s': 0.4}})\n")
+          " max_epochs={epochs}, num_samples=6, reduction_factor={rf}, gpus_per_trial=0,"
+          " fixed={{'sleep_s': 0.4, 'gate': {gate!r}}})\n")
 
 
 @pytest.mark.timeout(600)
@@ -129,7 +140,8 @@ def test_sigkill_mid_run_then_resume(tmp_path, strategy):
     # A trainer whose epochs take 0.4 s, through the same trainable, checkpoints and resume path
     # as the CIFAR trainer: it leaves time to catch trials finished and mid-way.
     results, max_epochs = tmp_path / "results", 4 if strategy == "asha" else 3
-    space = _space(tmp_path, STEADY.format(strategy=strategy, epochs=max_epochs, rf=2 if strategy == "asha" else 3))
+    space = _space(tmp_path, STEADY.format(strategy=strategy, epochs=max_epochs, rf=2 if strategy == "asha" else 3,
+                                           gate=None))
     proc = _start("--space", str(space), "--results-dir", str(results))
     _wait_until(proc, results)
     os.killpg(proc.pid, signal.SIGKILL)
@@ -150,36 +162,103 @@ def test_sigkill_mid_run_then_resume(tmp_path, strategy):
 
 
 @pytest.mark.timeout(600)
-def test_ctrl_c_saves_state_prints_the_resume_command_and_resume_finishes(tmp_path):
-    results = tmp_path / "results"
-    space = _space(tmp_path, STEADY.format(strategy="asha", epochs=4, rf=2))
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig):
+    # SIGTERM is how timeout, kill, Kubernetes, Slurm and `ray job stop` stop a process: it must
+    # stop the run as Ctrl-C does, not crash it.
+    results, gate = tmp_path / "results", tmp_path / "gate"
+    space = _space(tmp_path, STEADY.format(strategy="asha", epochs=4, rf=2, gate=str(gate)))
     proc = _start("--space", str(space), "--results-dir", str(results))
     _wait_until(proc, results)
-    os.kill(proc.pid, signal.SIGINT)  # the driver only, as Ctrl-C in its terminal
+    os.kill(proc.pid, sig)  # the driver only, as Ctrl-C in its terminal, or `kill PID`
     out, _ = proc.communicate(timeout=300)
-    assert proc.returncode == 130, out[-3000:]
+    assert proc.returncode == 128 + sig, out[-3000:]  # 130, 143: as a shell reports a process the signal ended
     assert f"python -m tuning.run --resume {results}" in out
+    assert "SIGTERM received" not in out and "Traceback" not in out, out[-3000:]  # no Ray crash dump
     assert json.loads((results / "run.json").read_text())["status"] == "interrupted"
-    done = _run("--resume", str(results))
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert len(pd.read_csv(results / "trials.csv")) == 6  # the tables so far
+    progress, known = _progress(results), _snapshot(results)
+
+    # The resumed trials wait at their next epoch while the gate exists: the resume is held mid-run.
+    gate.touch()
+    resume = _start("--resume", str(results))
+    _wait_for(resume, lambda: json.loads((results / "run.json").read_text())["status"] == "running")
+    second = _run("--resume", str(results), timeout=300)
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert second.stderr.strip().splitlines() == [
+        f"tuning.run: error: results dir {results} is in use by another tuning.run: wait for it to finish or "
+        "choose another --results-dir"]
+    gate.unlink()
+    out, _ = resume.communicate(timeout=300)
+    assert resume.returncode == 0, out[-3000:]
     _check_tables(results, 6, 4)
     assert json.loads((results / "run.json").read_text())["status"] == "finished"
+    # Finished trials ran no epoch again; the others went on from the checkpoint the stop saved.
+    assert _check_resumed(results, progress, known)
+
+
+@pytest.mark.timeout(600)
+def test_a_results_file_that_cannot_be_written_stops_the_run_and_resume_continues(tmp_path):
+    results = tmp_path / "results"
+    space = _space(tmp_path, STEADY.format(strategy="asha", epochs=4, rf=2, gate=None))
+    proc = _start("--space", str(space), "--results-dir", str(results))
+    _wait_until(proc, results)
+    run_json = (results / "run.json").read_bytes()
+    # Unwritable mid-run. chmod stops no write by root (tests may run as root) and a full disk
+    # needs privileges to stage, so a folder takes the file's place: every append fails, for any user.
+    rows, kept = results / "results.jsonl", tmp_path / "results.jsonl"
+    rows.rename(kept)
+    rows.mkdir()
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 1, out[-3000:]
+    assert "Traceback" not in out, out[-3000:]
+    assert [line for line in out.splitlines() if line.startswith("tuning.run: error:")] == [
+        f"tuning.run: error: cannot write {rows} (Is a directory); the experiment is saved up to the last result "
+        f"written: fix that, then continue with python -m tuning.run --resume {results}"]
+    assert (results / "run.json").read_bytes() == run_json  # earlier files whole
+    assert all(json.loads(line)["trial_id"] for line in kept.read_text().splitlines())
+
+    rows.rmdir()
+    kept.rename(rows)
+    with open(rows, "a") as f:  # and the row a full disk cut short, left without its newline
+        f.write('{"loss": 0.5, "trial_id": "')
+    damaged = len(rows.read_text().splitlines())
+    progress, known = _progress(results), _snapshot(results)
+    done = _run("--resume", str(results))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert f"{rows} line {damaged} is damaged" in done.stderr
+    assert len(rows.read_text().splitlines()) > damaged  # the damaged line now sits in the middle
+    _check_tables(results, 6, 4)  # built from the other lines: every trial, every epoch once
+    assert json.loads((results / "run.json").read_text())["status"] == "finished"
+    _check_resumed(results, progress, known)
+
+
+def test_a_damaged_row_in_the_middle_is_skipped_with_a_warning_naming_it(tmp_path, caplog):
+    from tuning.results import read_rows
+
+    rows = tmp_path / "results.jsonl"
+    rows.write_text('{"trial_id": "a", "loss": 1}\n{"trial_id": "a", "lo\n{"loss": 3}\n\n'
+                    '{"trial_id": "b", "loss": 2}\n')
+    assert read_rows(rows) == {"a": [{"trial_id": "a", "loss": 1}], "b": [{"trial_id": "b", "loss": 2}]}
+    assert f"{rows} line 2 is damaged" in caplog.text and f"{rows} line 3 is damaged" in caplog.text
+    assert "line 4" not in caplog.text  # an empty line is no damage
 
 
 @pytest.fixture(scope="module")
 def misbehaving(tmp_path_factory):
     """One grid run over the ways a trial goes wrong, with one retry allowed."""
     tmp = tmp_path_factory.mktemp("misbehaving")
-    space = _space(tmp, "SPACE = Space(params={'mode': Choice(['steady', 'flaky', 'broken', 'diverges', 'oom'])},"
+    space = _space(tmp, "SPACE = Space(params={'mode': Choice(['steady', 'flaky', 'killed', 'broken', 'diverges', "
+                        "'oom'])},"
                         " trainer='faulty:misbehave', strategy='grid', max_epochs=5, gpus_per_trial=0,"
                         f" diverged_value=99.0, fixed={{'marker_dir': {str(tmp)!r}}})\n")
     proc = _run("--space", str(space), "--max-failures", "1", "--results-dir", str(tmp / "r"))
     trials = pd.read_csv(tmp / "r" / "trials.csv").set_index("mode")
-    return proc, trials, tmp / "r"
+    return proc, trials, tmp / "r", tmp
 
 
 def test_failing_trials_are_contained_and_the_run_succeeds(misbehaving):
-    proc, trials, results = misbehaving
+    proc, trials, results, _ = misbehaving
     assert proc.returncode == 0, proc.stderr[-3000:]  # non-zero only when no trial succeeded
     assert trials.loc["steady", "status"] == "TERMINATED" and trials.loc["steady", "failures"] == 0
     assert "2 failed" in proc.stdout
@@ -190,6 +269,22 @@ def test_a_trial_that_fails_once_is_retried_and_succeeds(misbehaving):
     trials = misbehaving[1]
     assert trials.loc["flaky", "status"] == "TERMINATED" and trials.loc["flaky", "epochs"] == 5
     assert trials.loc["flaky", "failures"] == 1  # failed once, retried, then trained to the end
+
+
+def test_a_trial_whose_process_is_killed_is_retried_from_its_checkpoint(misbehaving):
+    # Its ray:: actor process was SIGKILLed a second into epoch 3, as the OOM killer kills one.
+    trials, results, marker_dir = misbehaving[1], misbehaving[2], misbehaving[3]
+    killed = trials.loc["killed"]
+    assert killed["status"] == "TERMINATED" and killed["epochs"] == 5 and killed["failures"] == 1
+    pid = int((marker_dir / "killed").read_text())
+    rows = [json.loads(line) for line in (results / "results.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if r["trial_id"] == killed["trial_id"]]
+    assert [(r["epoch"], r["pid"]) for r in rows[:2]] == [(1, pid), (2, pid)]
+    retried = rows[2:]
+    k = retried[0]["restored_from"]  # the checkpoint Tune had registered when the process died
+    assert k in (1, 2) and all(r["pid"] != pid and r["restored_from"] == k for r in retried)
+    assert [r["epoch"] for r in retried] == list(range(k + 1, 6))  # from that checkpoint, not from scratch
+    assert killed["recomputed_epochs"] == 2 - k
 
 
 def test_a_trial_that_always_fails_is_marked_failed_with_its_error(misbehaving):

@@ -1,6 +1,12 @@
+import signal
+import subprocess
+import sys
+import time
+
 import pytest
 import torch
 
+from conftest import ROOT
 from tuning import data, trainer
 
 
@@ -61,10 +67,43 @@ def test_checkpoint_restore_continues_where_it_stopped(splits, tmp_path):
     assert resumed[-1][0]["loss"] == pytest.approx(straight[-1][0]["loss"], rel=1e-4)
 
 
+# A process that overwrites a checkpoint and is SIGKILLed mid-write: an object in its state stops
+# the pickler once the file is open, and says so, until the kill comes.
+KILLED_MID_WRITE = """
+import sys, time
+from pathlib import Path
+import torch
+from tuning import trainer
+
+class Stall:
+    def __reduce__(self):
+        Path(sys.argv[2]).touch()
+        time.sleep(600)
+
+trainer.write_checkpoint({"epoch": 2, "w": torch.full((1 << 20,), 2.0), "stall": Stall()}, sys.argv[1])
+"""
+
+
 def test_checkpoints_are_written_atomically(tmp_path):
     model = trainer.make_model(4)
     trainer.write_checkpoint({"model": model.state_dict(), "epoch": 1}, tmp_path)
-    assert [p.name for p in tmp_path.iterdir()] == [trainer.CHECKPOINT_FILE]
+    before = (tmp_path / trainer.CHECKPOINT_FILE).read_bytes()
+    writing = tmp_path / "writing"
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_MID_WRITE, str(tmp_path), str(writing)], cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not writing.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, "the writer never got mid-write"
+            time.sleep(0.05)
+        # Mid-write: a reader finds the previous checkpoint, whole, under the name.
+        assert (tmp_path / trainer.CHECKPOINT_FILE).read_bytes() == before
+    finally:
+        proc.kill()  # SIGKILL
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    assert (tmp_path / trainer.CHECKPOINT_FILE).read_bytes() == before  # a torch.save in place would be cut short
+    state = trainer.read_checkpoint(tmp_path)
+    assert state["epoch"] == 1 and state["model"].keys() == model.state_dict().keys()
 
 
 def test_wrong_input_size_names_both_shapes():

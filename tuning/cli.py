@@ -1,6 +1,10 @@
-"""What the command lines share: a bad flag is one line and exit 2, like every other bad input."""
+"""What the command lines share: a bad flag is one line and exit 2, like every other bad input;
+a checked --storage-path; and SIGTERM, which stops a command the way Ctrl-C does."""
 
 import argparse
+import contextlib
+import signal
+from pathlib import Path
 
 
 class UsageError(Exception):
@@ -12,3 +16,52 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message):
         raise UsageError(f"{message} (see --help)")
+
+
+def storage_path(value: str) -> str:
+    """--storage-path, checked before anything starts: a folder (made absolute: Tune takes no
+    relative path), or a URI opened the way Ray will open it (pyarrow's FileSystem.from_uri).
+    An unknown scheme fails without touching the network; for a cloud URI pyarrow may ask the
+    service (the bucket's region), as Ray would a moment later."""
+    if "://" not in value:
+        return str(Path(value).expanduser().absolute())
+    import pyarrow.fs
+
+    try:
+        pyarrow.fs.FileSystem.from_uri(value)
+    except Exception as exc:  # ArrowInvalid, OSError, ...: whatever pyarrow raises, Ray would too
+        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise argparse.ArgumentTypeError(f"{value} cannot be opened ({reason}): give a folder every node "
+                                         "reaches, or a URI pyarrow opens such as s3://bucket/path") from None
+    return value
+
+
+_stopped_by = signal.SIGINT  # the signal that stopped the command early: its exit status is 128 + it
+
+
+@contextlib.contextmanager
+def sigterm_stops_like_ctrl_c():
+    """Within, SIGTERM (timeout, kill, Kubernetes, Slurm, `ray job stop`) stops the command the way
+    Ctrl-C does: it is handed to whatever handles SIGINT at that moment. During tune.run that is
+    Tune's handler, which saves the experiment and returns; elsewhere Python's KeyboardInterrupt."""
+    previous = signal.signal(signal.SIGTERM, _forward_to_sigint)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler not set from Python, which cannot be put back
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _forward_to_sigint(signum, frame) -> None:
+    global _stopped_by
+    _stopped_by = signum
+    handler = signal.getsignal(signal.SIGINT)
+    if not callable(handler):  # SIG_IGN or SIG_DFL: stop all the same
+        raise KeyboardInterrupt
+    handler(signal.SIGINT, frame)
+
+
+def interrupted_status() -> int:
+    """The exit status of a command stopped early by a signal, as a shell reports one killed by
+    it: 130 after Ctrl-C, 143 after SIGTERM."""
+    return 128 + _stopped_by

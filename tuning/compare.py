@@ -186,25 +186,30 @@ def main(argv: list[str] | None = None) -> int:
                                  "in it are kept, not run again")
     p.add_argument("--address", metavar="auto|HOST:PORT",
                    help="run on the Ray cluster there instead of starting a local Ray")
-    p.add_argument("--storage-path", metavar="DIR|URI",
+    p.add_argument("--storage-path", metavar="DIR|URI", type=cli.storage_path,
                    help="where Tune keeps experiments and checkpoints: a folder every node reaches, or s3://...")
-    try:
-        args = p.parse_args(argv)
-        name, exp = load_experiment(args.experiment)
-        if args.seeds is not None and args.seeds < 1:
-            raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
-        if args.budget is not None and args.budget <= 0:
-            raise UsageError(f"--budget must be positive, got {args.budget:g}")
-        out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
-        html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,
-                   address=args.address, storage_path=args.storage_path)
-    except (UsageError, spaces.SpaceError, data.DataError, report.ReportError, ClusterError) as exc:
-        print(f"tuning.compare: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("tuning.compare: interrupted; finished runs are kept: run the same command again to go on",
-              file=sys.stderr)
-        return 130
+    with cli.sigterm_stops_like_ctrl_c():
+        try:
+            args = p.parse_args(argv)
+            name, exp = load_experiment(args.experiment)
+            if args.seeds is not None and args.seeds < 1:
+                raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
+            if args.budget is not None and args.budget <= 0:
+                raise UsageError(f"--budget must be positive, got {args.budget:g}")
+            out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
+            html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,
+                       address=args.address, storage_path=args.storage_path)
+        except (UsageError, spaces.SpaceError, data.DataError, report.ReportError, ClusterError) as exc:
+            print(f"tuning.compare: error: {exc}", file=sys.stderr)
+            return 2
+        except results.WriteError as exc:  # a full disk: not bad input
+            print(f"tuning.compare: error: {exc}; finished runs are kept: fix that and run the same command again",
+                  file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM
+            print("tuning.compare: interrupted; finished runs are kept: run the same command again to go on",
+                  file=sys.stderr)
+            return cli.interrupted_status()
     print(f"\nReport: {html}\n        {Path(html).with_suffix('.md')}\nRows:   {out / 'runs.csv'}")
     return 0
 

@@ -36,6 +36,9 @@ VAL_FRACTION = 0.1
 # The split must not change with the run's seed, or validation losses of two runs differ in meaning.
 SPLIT_SEED = 20210820
 DOWNLOAD_PROBE_TIMEOUT_S = 5.0
+# Set to 1, nothing is downloaded and nothing is asked of the network: the test suite sets it, so
+# it behaves the same with internet access and without; CI and air-gapped machines can too.
+NO_DOWNLOAD_ENV = "TUNING_NO_DOWNLOAD"
 
 
 def _cifar10():
@@ -97,12 +100,20 @@ def _reachable(url: str, timeout: float) -> bool:
         return False
 
 
+def downloads_refused() -> bool:
+    return os.environ.get(NO_DOWNLOAD_ENV, "").strip() not in ("", "0")
+
+
 def fetch_cifar10(data_dir: str | os.PathLike, timeout: float = DOWNLOAD_PROBE_TIMEOUT_S) -> bool:
-    """Real CIFAR-10 under data_dir, downloading it if the network allows. Never hangs offline:
-    the server is probed with a short timeout before torchvision's (unbounded) download starts."""
+    """Real CIFAR-10 under data_dir, downloading it if the network allows and TUNING_NO_DOWNLOAD
+    does not forbid it. Never hangs offline: the server is probed with a short timeout before
+    torchvision's (unbounded) download starts."""
     data_dir = Path(data_dir)
     if has_cifar10(data_dir):
         return True
+    if downloads_refused():
+        log.info("CIFAR-10 is not under %s and %s=1 forbids downloading it", data_dir, NO_DOWNLOAD_ENV)
+        return False
     if not _reachable(_cifar10().url, timeout):
         return False
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -123,8 +134,9 @@ def prepare(kind: str, data_dir: str | os.PathLike, *, seed: int = 0, synthetic_
         if fetch_cifar10(data_dir):
             return DataSource("cifar10", str(data_dir))
         if kind == "cifar10":
+            why = f"downloads are off ({NO_DOWNLOAD_ENV}=1)" if downloads_refused() else "it cannot be downloaded"
             raise DataError(
-                f"CIFAR-10 not found under {data_dir}/cifar-10-batches-py and it cannot be downloaded: "
+                f"CIFAR-10 not found under {data_dir}/cifar-10-batches-py and {why}: "
                 f"copy cifar-10-python.tar.gz there and unpack it (see README), or use --data synthetic")
     elif kind != "synthetic":
         raise DataError(f"unknown data kind {kind!r}: use auto, cifar10 or synthetic")

@@ -6,6 +6,7 @@ Input is the plain per-trial records from ``tuning.backend``; nothing here knows
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
@@ -15,6 +16,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pandas as pd
+
+log = logging.getLogger(__name__)
 
 # Per-epoch columns kept from Tune's result rows, in this order.
 EPOCH_COLUMNS = ["training_iteration", "epoch", "loss", "accuracy", "train_loss", "diverged", "restored_from",
@@ -29,6 +32,23 @@ def _curve(rows: list[dict]) -> list[dict]:
     repeat is the run that went on, and recomputed_epochs still counts it."""
     last = {r.get("training_iteration"): r for r in rows}
     return [last[k] for k in sorted(last, key=lambda k: (k is None, k))]
+
+
+def read_rows(path: Path, quiet: bool = False) -> dict[str, list[dict]]:
+    """The rows of results.jsonl (every result, as tuning.backend logged it) by trial. A damaged
+    line (cut short by a crash or a full disk; after a resume it sits in the middle) is skipped
+    with a warning naming it (quiet: without, for the live report's reads every 30 s): what it held
+    was either trained again after the resume or never reached Tune's saved experiment."""
+    rows: dict[str, list[dict]] = {}
+    for number, line in enumerate(path.read_text().splitlines() if path.exists() else [], start=1):
+        try:
+            row = json.loads(line)
+            rows.setdefault(row["trial_id"], []).append(row)
+        except (ValueError, KeyError, TypeError) as exc:
+            if line.strip() and not quiet:
+                log.warning("%s line %d is damaged (%s: %s): skipped; the tables are built from the other lines",
+                            path, number, type(exc).__name__, exc)
+    return rows
 
 
 def epochs_table(records: list[dict], params: list[str]) -> pd.DataFrame:
@@ -131,11 +151,27 @@ def _plain(v):
 
 # ---------------------------------------------------------------- files
 
+class WriteError(Exception):
+    """A results file cannot be written (a full disk, a path made unwritable): one line naming it."""
+
+    def __init__(self, path: Path, exc: OSError):
+        super().__init__(f"cannot write {path} ({exc.strerror or exc})")
+        self.path = path
+
+
 def _atomic(path: Path, write) -> None:
-    """Write to a temporary name, then rename: a crash never leaves a half-written file."""
+    """Write to a temporary name, then rename: a crash or a full disk never leaves a half-written
+    file, and the previous one stays whole."""
     tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise WriteError(path, exc) from None
 
 
 def write_text(path: Path, text: str) -> None:

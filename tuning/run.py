@@ -63,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--address", metavar="auto|HOST:PORT",
                    help="run on the Ray cluster there (auto: the one started on this machine with `ray start`) "
                         "instead of starting a local Ray; see README, Running on a Ray cluster")
-    p.add_argument("--storage-path", metavar="DIR|URI",
+    p.add_argument("--storage-path", metavar="DIR|URI", type=cli.storage_path,
                    help="where Tune keeps the experiment and trial checkpoints: a folder every node reaches "
                         "(NFS) or a URI pyarrow opens (s3://bucket/path); default: the results dir. "
                         "Needed on a cluster of several machines")
@@ -189,15 +189,20 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     argv = sys.argv[1:] if argv is None else list(argv)
-    try:
-        return _main(argv)
-    except (UsageError, spaces.SpaceError, data.DataError, _ClusterError) as exc:
-        print(f"tuning.run: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # a second Ctrl-C, while the first one's state was being saved
-        print("tuning.run: interrupted twice; resume with --resume DIR (the last saved state is used)",
-              file=sys.stderr)
-        return 130
+    with cli.sigterm_stops_like_ctrl_c():
+        try:
+            return _main(argv)
+        except (UsageError, spaces.SpaceError, data.DataError, _ClusterError) as exc:
+            print(f"tuning.run: error: {exc}", file=sys.stderr)
+            return 2
+        except results.WriteError as exc:  # a full disk, a file that cannot be written: not bad input
+            print(f"tuning.run: error: {exc}; the experiment is saved up to the last result written: fix that, "
+                  f"then continue with python -m tuning.run --resume {exc.path.parent}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM, while the first one's state was being saved
+            print("tuning.run: interrupted twice; resume with --resume DIR (the last saved state is used)",
+                  file=sys.stderr)
+            return cli.interrupted_status()
 
 
 def _main(argv: list[str]) -> int:
@@ -275,11 +280,14 @@ def _resume(args) -> int:
     if plan.get("status") == "finished":
         raise UsageError(f"--resume {results_dir}: that experiment finished already; its results are there "
                          "(start a new run to tune again)")
-    _lock(results_dir)
-    space = spaces.load(plan["space"])
-    source, backend, _ = _data_and_ray(space, plan, args)
-    print(f"Resuming {plan['space']} ({plan['strategy']}) in {results_dir}", flush=True)
-    return _execute(space, plan, source, results_dir, backend, resume=True)
+    lock = _lock(results_dir)  # held to the end: filelock lets go of a lock nobody references
+    try:
+        space = spaces.load(plan["space"])
+        source, backend, _ = _data_and_ray(space, plan, args)
+        print(f"Resuming {plan['space']} ({plan['strategy']}) in {results_dir}", flush=True)
+        return _execute(space, plan, source, results_dir, backend, resume=True)
+    finally:
+        lock.release()
 
 
 def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend, *, resume: bool) -> int:
@@ -341,7 +349,7 @@ def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend
     if unfinished:
         print("\nInterrupted; the experiment's state is saved. Continue with:\n"
               f"  python -m tuning.run --resume {results_dir}")
-        return 130
+        return cli.interrupted_status()
     return 0 if _count(trials, "status", "TERMINATED") else 1  # non-zero only when no trial succeeded
 
 

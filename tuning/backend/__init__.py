@@ -1,6 +1,6 @@
 """Every Ray call of the project: starting Ray, search algorithms and schedulers, ``tune.run``
 with a CLIReporter, and reading back what the trials did; the trainables are in
-tuning/backend/trainables.py.
+tuning/backend/trainables.py, the results.jsonl log in tuning/backend/rowlog.py.
 
 What leaves this package is plain data (dicts, lists, paths), so tables, reports and the CLIs
 never touch Ray objects.
@@ -8,7 +8,6 @@ never touch Ray objects.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -17,7 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tuning import spaces
+from tuning import results, spaces
+from tuning.backend import rowlog
 from tuning.backend.cluster import ClusterError, cluster_info, quiet_ray_logging, start_ray, stop_ray  # noqa: F401
 from tuning.backend.trainables import benchmark_trainable, train_function
 from tuning.benchmarks import BENCHMARKS
@@ -280,7 +280,8 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
                         and os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0") == "0")
     storage, name = experiment_location(spec.results_dir, spec.storage_path)
     progress = [_progress(spec.rows_file, spec.progress_every_s, spec.on_progress)] if spec.on_progress else []
-    analysis = tune.run(
+    row_log = rowlog.row_log(spec.rows_file)
+    analysis = rowlog.raising_write_errors(tune.run, row_log)(
         trainable,
         name=name,
         storage_path=storage,
@@ -300,8 +301,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
         raise_on_failed_trial=False,
         max_failures=spec.max_failures,
         resume=True if spec.resume else None,
-        callbacks=[_row_log(spec.rows_file), *(_tune_loggers() if spec.tune_logs else []), *progress,
-                   *spec.callbacks],
+        callbacks=[row_log, *(_tune_loggers() if spec.tune_logs else []), *progress, *spec.callbacks],
     )
     for p in progress:
         p.wait()  # a live report being written finishes before the final one
@@ -309,20 +309,8 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
         spec.on_search(search_alg, scheduler)
     interrupted = tune_handler_set and signal.getsignal(signal.SIGINT) is before
     signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
-    rows = _read_rows(spec.rows_file)
+    rows = results.read_rows(spec.rows_file)
     return [_record(t, rows.get(t.trial_id, [])) for t in analysis.trials], interrupted
-
-
-def _read_rows(path: Path) -> dict[str, list[dict]]:
-    """results.jsonl's rows by trial id, in arrival order."""
-    rows: dict[str, list[dict]] = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
-        try:
-            row = json.loads(line)
-        except ValueError:  # a line cut short by a crash (or being written): its epoch is trained again anyway
-            continue
-        rows.setdefault(row["trial_id"], []).append(row)
-    return rows
 
 
 def experiment_location(results_dir: Path, storage_path: str | None) -> tuple[str, str]:
@@ -337,21 +325,6 @@ def _tune_loggers() -> list:
     from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 
     return [JsonLoggerCallback(), CSVLoggerCallback(), TBXLoggerCallback()]
-
-
-def _row_log(path: Path):
-    """A Tune callback appending every result to `path` as it arrives, before the step's
-    experiment snapshot: after a crash the file holds what the snapshot on storage knows, or more
-    (the snapshot is copied there in the background); a resume trains those epochs again, and
-    the tables count them as recomputed."""
-    from ray.tune import Callback
-
-    class RowLog(Callback):
-        def on_trial_result(self, iteration, trials, trial, result, **info):
-            with open(path, "a") as f:
-                f.write(json.dumps({**result, "trial_id": trial.trial_id}, default=str) + "\n")
-
-    return RowLog()
 
 
 def _progress(rows_file: Path, every_s: float, on_progress: Callable[[list[dict]], None]):
@@ -375,7 +348,7 @@ def _progress(rows_file: Path, every_s: float, on_progress: Callable[[list[dict]
         def on_step_end(self, iteration, trials, **info):
             if time.monotonic() < self.next or (self.worker is not None and self.worker.is_alive()):
                 return
-            rows = _read_rows(rows_file)
+            rows = results.read_rows(rows_file, quiet=True)
             records = [_record(t, rows.get(t.trial_id, [])) for t in trials]
             self.worker = threading.Thread(target=self._call, args=(records,), name="on_progress", daemon=True)
             self.worker.start()

@@ -59,10 +59,16 @@ def start_ray(num_cpus: int | None = None, address: str | None = None,
     Trial processes' output is not forwarded unless worker_logs: it is mostly Ray's own INFO
     lines and SIGTERM tracebacks of actors shut down at the end, and it buried the progress
     table. Trial errors still reach the driver through Tune, and every line is in Ray's logs."""
+    import signal
+
     import ray
 
     if not ray.is_initialized():
         quiet_ray_logging()  # the token-auth banner is logged during init
+        # ray.init takes SIGTERM over: its Python handler stops the local Ray and exits 1, and its
+        # C++ failure handler prints a stack dump and aborts. A handler the command installed
+        # (tuning.cli: stop like Ctrl-C) gets it back; Ray's processes still stop at exit.
+        sigterm = signal.getsignal(signal.SIGTERM)
         if address is None:
             ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs)
         else:
@@ -73,6 +79,8 @@ def start_ray(num_cpus: int | None = None, address: str | None = None,
                 ray.init(address=address, log_to_driver=worker_logs)
             except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
                 raise ClusterError(_refusal(address, exc)) from None
+        if callable(sigterm):
+            signal.signal(signal.SIGTERM, sigterm)
         quiet_ray_logging()
     return dict(ray.cluster_resources())
 
