@@ -28,7 +28,7 @@ def ray_2cpus():
     """A real local Ray, as Ray's own tests start it; shut down afterwards."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

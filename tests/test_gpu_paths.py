@@ -62,7 +62,7 @@ def ray_with_one_gpu(monkeypatch):
 
     # Ray's workers import tests/gpu_helpers.py; they inherit this environment.
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    ray.init(num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -19,7 +19,7 @@ def runs(tmp_path_factory):
     """One BOHB and one Hyperband run of 30 full evaluations each: into a third band."""
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     out = {}
     try:
         for strategy in ("bohb", "hyperband"):

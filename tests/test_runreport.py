@@ -240,7 +240,7 @@ def live_run(tmp_path_factory):
     logging.getLogger("tuning.backend").addHandler(logged)
     before = os.environ.get("PYTHONPATH", "")
     os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), before])  # Ray's workers import tests/faulty.py
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         spec = backend.RunSpec(space=space, strategy="random", num_samples=4, max_epochs=5, seed=0,
                                cpus_per_trial=1, gpus_per_trial=0, source=None, results_dir=tmp, progress=False,

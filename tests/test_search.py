@@ -1,16 +1,26 @@
 """Search-strategy logic without training: seeds, BOHB's proposals, the BOHB-safe reporter."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from tuning import backend, results, spaces
 
 
+def _strategy(name: str, strategy: str, max_epochs: int, seed: int):
+    """(config, search_alg, scheduler) as tuning.run builds them."""
+    from tuning.backend import strategies
+
+    spec = backend.RunSpec(space=spaces.load(name), strategy=strategy, num_samples=6, max_epochs=max_epochs,
+                           seed=seed, cpus_per_trial=1, gpus_per_trial=0, source=None, results_dir=Path("."))
+    return strategies.build(spec)
+
+
 def _random_configs(seed, n=6):
     from ray.tune.experiment import Experiment
 
-    space = spaces.load("cifar_asha")
-    config, search, _ = backend._search(space, "random", 3, seed)
+    config, search, _ = _strategy("cifar_asha", "random", 3, seed)
     search.add_configurations([Experiment("x", lambda c: None, config=config, num_samples=n)])
     out = []
     while (trial := search.next_trial()) is not None:
@@ -21,8 +31,8 @@ def _random_configs(seed, n=6):
 def _bohb_configs(seed, n=30):
     """Drive TuneBOHB with a toy objective through Hyperband budgets, so that its KDE model,
     not only its random draws, proposes configurations."""
-    space = spaces.load("cifar_bohb")
-    _, search, _ = backend._search(space, "bohb", 9, seed)
+    _, search, _ = _strategy("cifar_bohb", "bohb", 9, seed)
+    search = search.searcher
     out = []
     for i in range(n):
         cfg = search.suggest(f"t{i}")

@@ -96,7 +96,7 @@ def test_tune_target_keeps_bounds_scale_and_choices(kind):
 @pytest.mark.parametrize("kind", KINDS)
 def test_grid_target_is_the_declared_grid(kind):
     p = KINDS[kind]
-    grid = spaces.to_grid(Space(params={"x": p}))["x"]["grid_search"]
+    grid = spaces.grid_points(Space(params={"x": p}))["x"]
     if isinstance(p, Choice):
         assert grid == list(p.values)
     elif isinstance(p, IntUniform):

@@ -143,6 +143,7 @@ def per_run(runs: pd.DataFrame, sign: int, metric: str = "loss") -> pd.DataFrame
             "run_id": run_id, "strategy": r["strategy"].iloc[0], "seed": r["seed"].iloc[0],
             "final": float(best["value"]), "final_metric": float(best[metric]),
             "budget_used": float(r["consumed_budget"].max()), "wall_s": float(r["wall_s"].max()),
+            "device_hours": float(r["device_hours"].max()) if "device_hours" in r else math.nan,
             "trials": r["trial_id"].nunique(),
             "recomputed": len(r) - len(r.drop_duplicates(["trial_id", "epoch"])),
         })
@@ -172,7 +173,7 @@ def summarize(runs: pd.DataFrame, exp: dict) -> dict:
                "final_metric_mean": p["final_metric"].mean(), "final_metric_std": p["final_metric"].std(ddof=1),
                "reached": 0, "budget_to_target": math.nan, "speedup": math.nan,
                "trials_per_run": p["trials"].mean(), "recomputed_epochs": int(p["recomputed"].sum()),
-               "wall_s_per_run": p["wall_s"].mean()}
+               "wall_s_per_run": p["wall_s"].mean(), "device_hours_per_run": p["device_hours"].mean()}
         if len(rand):
             b = np.array([_budget_to_target(r, target, sign)
                           for _, r in runs[runs["strategy"] == s].groupby("run_id", sort=False)])

@@ -65,16 +65,19 @@ def load_experiment(path: str) -> tuple[str, Experiment]:
 
 
 def _run_rows(rows: list[dict], *, benchmark: str, strategy: str, seed: int, max_t: int,
-              params: list[str]) -> pd.DataFrame:
-    """The recorder's results, in arrival order, as the report's input rows."""
-    out = []
+              params: list[str], cpus: float = 1) -> pd.DataFrame:
+    """The recorder's results, in arrival order, as the report's input rows. device_hours: the
+    CPU-hours the run's trials had used by then (each trial's CPUs times its iterations' time)."""
+    out, seconds = [], 0.0
     for i, r in enumerate(rows, start=1):
+        seconds += r.get("time_this_iter_s") or 0.0
         out.append({
             "benchmark": benchmark, "strategy": strategy, "seed": seed, "run_id": f"{strategy}-s{seed}",
             "trial_id": r["trial_id"], "training_iteration": r["training_iteration"], "loss": r["loss"],
             "full_fidelity": r["training_iteration"] >= max_t,
             "consumed_budget": i / max_t,  # every result is one iteration of one trial
-            "wall_s": r["wall_s"], "epoch": r.get("epoch", r["training_iteration"]),
+            "wall_s": r["wall_s"], "device_hours": cpus * seconds / 3600,
+            "epoch": r.get("epoch", r["training_iteration"]),
             "accuracy": r.get("accuracy"),
             **{p: r["config"].get(p) for p in params},
         })
@@ -123,7 +126,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
         started = time.monotonic()
         rows = _one_run(space, strategy, seed, max_t, budget, source, out / "runs" / run_id, smoke, storage)
         df = _run_rows(rows, benchmark=space.trainer if space.trainer != "cifar" else name, strategy=strategy,
-                       seed=seed, max_t=max_t, params=params)
+                       seed=seed, max_t=max_t, params=params, cpus=space.cpus_per_trial)
         _write_csv(df, done)
         print(f"[{i}/{len(jobs)}] {run_id}: done in {time.monotonic() - started:.0f} s, "
               f"{len(df)} iterations, {df['trial_id'].nunique() if len(df) else 0} trials", flush=True)

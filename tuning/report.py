@@ -38,12 +38,17 @@ def plot_anytime(runs: pd.DataFrame, exp: dict, strategies: list[str], sign: int
 
     log_y, color = exp.get("regret") is not None, {s: f"C{i}" for i, s in enumerate(strategies)}
     ff = runs[runs["full_fidelity"]]
-    fig = Figure(figsize=(13, 5), layout="constrained")
-    axes = fig.subplots(1, 2, sharey=True)
-    panels = [("consumed_budget", f"consumed budget (full evaluations; {exp['max_t']} iterations each)"),
-              ("wall_s", "wall-clock time since the run started (s)")]
+    panels = [("consumed_budget", f"consumed budget (full evaluations; {exp['max_t']} iterations each)",
+               "against budget"),
+              ("wall_s", "wall-clock time since the run started (s)", "against wall-clock time")]
+    if "device_hours" in runs.columns and runs["device_hours"].notna().all():  # runs before it lack it
+        panels.append(("device_hours", "device-hours the run's trials used (CPU-hours; GPU-hours on GPUs)",
+                       "against device-hours"))
+    fig = Figure(figsize=(6.5 * len(panels), 5), layout="constrained")
+    axes = fig.subplots(1, len(panels), sharey=True)
     lowest = math.inf  # smallest drawn positive value: where a log y axis starts
-    for ax, (x, xlabel) in zip(axes, panels):
+    for ax, (x, xlabel, title) in zip(axes, panels):
+        ax.set_title(title)
         grid, log_x = make_grid(ff[x], float(runs[x].max()))
         for s, c in anytime_curves(runs, strategies, grid, x, sign).items():
             mean, sem = c["mean"], np.nan_to_num(c["sem"])
@@ -65,8 +70,6 @@ def plot_anytime(runs: pd.DataFrame, exp: dict, strategies: list[str], sign: int
         # edge went below it (regret 0, or mean - SE <= 0); the report text says so.
         axes[0].set_ylim(bottom=max(REGRET_FLOOR, lowest / 3))
     axes[0].set_ylabel(f"incumbent {ylabel}" + (" (log scale)" if log_y else ""))
-    axes[0].set_title("against budget")
-    axes[1].set_title("against wall-clock time")
     # Below the panels, so it never hides a line or band.
     fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=len(strategies),
                title="strategy (seeds)")
@@ -205,7 +208,8 @@ def _blocks(runs, exp, prov, summary, figures: dict) -> list[tuple]:
              "speed-up vs random": [f"{v:.2g}x" if math.isfinite(v) else "n/a" for v in tb["speedup"]],
              "trials per run": [f"{v:.1f}" for v in tb["trials_per_run"]],
              "epochs recomputed": tb["recomputed_epochs"],
-             "wall time per run (s)": [f"{v:.1f}" for v in tb["wall_s_per_run"]]}))]
+             "wall time per run (s)": [f"{v:.1f}" for v in tb["wall_s_per_run"]],
+             "device-hours per run": [_g(v) for v in tb["device_hours_per_run"]]}))]
     b.append(("p", (f"n: seeds with a full-fidelity result. Target: random search's median final {unit} "
                     f"({_g(summary['target'])}). Budget to target: the first consumed budget (full "
                     "evaluations) at which a run's incumbent reached it, median over seeds (the lower "

@@ -34,6 +34,9 @@ def _curve(rows: list[dict]) -> list[dict]:
     return [last[k] for k in sorted(last, key=lambda k: (k is None, k))]
 
 
+ROWS_FILE = "results.jsonl"  # in a run's results dir: every result as it arrived, across resumes
+
+
 def read_rows(path: Path, quiet: bool = False) -> dict[str, list[dict]]:
     """The rows of results.jsonl (every result, as tuning.backend logged it) by trial. A damaged
     line (cut short by a crash or a full disk; after a resume it sits in the middle) is skipped
@@ -63,8 +66,9 @@ def epochs_table(records: list[dict], params: list[str]) -> pd.DataFrame:
 
 
 def trials_table(records: list[dict], params: list[str], *, strategy: str, max_epochs: int,
-                 metric: str = "loss", mode: str = "min") -> pd.DataFrame:
-    """One row per trial: its hyperparameters, final and best metrics, epochs, status, time."""
+                 metric: str = "loss", mode: str = "min", cpus: float = 0, gpus: float = 0) -> pd.DataFrame:
+    """One row per trial: its hyperparameters, final and best metrics, epochs, status, time, and
+    device-hours (the trial's resources, `cpus` and `gpus`, times its running time)."""
     rows = []
     for rec in records:
         curve = [r for r in _curve(rec["rows"]) if r.get(metric) is not None]
@@ -96,6 +100,8 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
             "node_ip": last.get("node_ip"),  # where it ran (on a cluster, which node)
             "node_id": last.get("node_id"),  # Ray's node id: tells apart nodes sharing an IP
             "wall_time_s": last.get("time_total_s"),
+            # Every epoch it ran, recomputed ones too: they held the devices as much as the others.
+            **device_hours(rec["rows"], cpus, gpus),
             "peak_rss_mb": _max(curve, "peak_rss_mb"),
             "cuda_max_allocated_mb": _max(curve, "cuda_max_allocated_mb"),
             "cuda_reserved_mb": _max(curve, "cuda_reserved_mb"),
@@ -108,6 +114,12 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
     if not df.empty:
         df = df.sort_values(metric, ascending=(mode == "min"), na_position="last", kind="stable")
     return df.reset_index(drop=True)
+
+
+def device_hours(rows: list[dict], cpus: float, gpus: float) -> dict[str, float]:
+    """CPU-hours and GPU-hours of a trial's rows: its resources times the time its iterations took."""
+    seconds = sum(r["time_this_iter_s"] for r in rows if _finite(r.get("time_this_iter_s")))
+    return {"cpu_hours": cpus * seconds / 3600, "gpu_hours": gpus * seconds / 3600}
 
 
 def _max(rows: list[dict], key: str):

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuning import cli, data, results, spaces
+from tuning import cli, data, growth, results, spaces
 from tuning.cli import UsageError
 from tuning.trainer import PRECISIONS
 from tuning.backend import ClusterError as _ClusterError  # no Ray import: that waits for a valid run
@@ -37,7 +37,20 @@ def build_parser() -> argparse.ArgumentParser:
                                    "unless --resume")
     p.add_argument("--resume", metavar="DIR",
                    help="continue the unfinished experiment in this results dir (after a crash or Ctrl-C), "
-                        "with the settings it was started with")
+                        "with the settings it was started with; with --add-samples, a finished one too")
+    p.add_argument("--add-samples", type=int, metavar="N",
+                   help="with --resume: N more trials under the same strategy and seed lineage (new random "
+                        "draws, the grid's next points, BOHB's model as it stands); earlier trials are kept")
+    p.add_argument("--warm-start", nargs="+", metavar="DIR",
+                   help="start from earlier runs of the same space: BOHB's model is given their results; "
+                        "random, ASHA and Hyperband evaluate their best configurations first")
+    p.add_argument("--warm-start-top", type=int, default=3, metavar="K",
+                   help="with --warm-start under random, ASHA or Hyperband: how many of the earlier best "
+                        "configurations run first (default 3)")
+    p.add_argument("--time-budget", metavar="DURATION", type=_duration,
+                   help="stop once the run has run this long (90s, 30m, 2h; downtime between a stop and "
+                        "--resume does not count): no trial starts after it, running trials pause at their "
+                        "next epoch with their checkpoints; on --resume, the new total budget")
     p.add_argument("--strategy", choices=spaces.STRATEGIES,
                    help="search strategy, overriding the space's: grid (grid search, FIFO), random "
                         "(random search, FIFO), asha (random search + ASHA), hyperband (random search + "
@@ -79,6 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"CI-sized run: {SMOKE['num_samples']} samples, {SMOKE['max_epochs']} epochs, "
                         "a small data subset, synthetic data unless --data is given")
     return p
+
+
+def _duration(text: str) -> float:
+    try:
+        return growth.parse_duration(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1]) from None
 
 
 def _check_positive(name: str, value, minimum=1) -> None:
@@ -209,6 +229,8 @@ def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.resume:
         return _resume(args)
+    if args.add_samples is not None:
+        raise UsageError("--add-samples needs --resume DIR: it extends that run")
     if not args.space:
         raise UsageError("--space is required: name a space (e.g. --space cifar_asha) or --resume DIR")
     space = spaces.load(args.space)
@@ -229,6 +251,7 @@ def _main(argv: list[str]) -> int:
         "max_epochs": args.max_epochs or smoke.get("max_epochs") or space.max_epochs,
         "max_failures": args.max_failures, "smoke": smoke, "storage_path": args.storage_path,
         "tune_logs": args.tune_logs, "precision": _precision(space, args.precision),
+        "time_budget_s": args.time_budget, "warm_start": _warm_start(space, strategy, args),
         "data_args": {"kind": args.data or ("synthetic" if args.smoke else "auto"),
                       "data_dir": str(Path(args.data_dir).absolute()), "seed": seed,
                       "synthetic_train": smoke.get("synthetic_train", 50_000),
@@ -277,20 +300,71 @@ def _resume(args) -> int:
     except (OSError, ValueError):
         raise UsageError(f"--resume {results_dir}: not a tuning.run results dir (no readable run.json); "
                          "give the folder a run was started in") from None
-    if plan.get("status") == "finished":
+    if plan.get("status") == "finished" and not args.add_samples:
         raise UsageError(f"--resume {results_dir}: that experiment finished already; its results are there "
-                         "(start a new run to tune again)")
+                         "(add --add-samples N to run N more trials in it)")
+    if args.warm_start:
+        raise UsageError("--warm-start starts a new run: it cannot be given with --resume")
     lock = _lock(results_dir)  # held to the end: filelock lets go of a lock nobody references
     try:
         space = spaces.load(plan["space"])
+        more = _extension(space, plan, args.add_samples)
+        if args.time_budget is not None:  # a new total; what earlier segments used still counts
+            plan["time_budget_s"] = args.time_budget
         source, backend, _ = _data_and_ray(space, plan, args)
-        print(f"Resuming {plan['space']} ({plan['strategy']}) in {results_dir}", flush=True)
-        return _execute(space, plan, source, results_dir, backend, resume=True)
+        what = f"Adding {more} trials to" if more else "Resuming"
+        print(f"{what} {plan['space']} ({plan['strategy']}) in {results_dir}", flush=True)
+        return _execute(space, plan, source, results_dir, backend, resume=True, add_samples=more)
     finally:
         lock.release()
 
 
-def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend, *, resume: bool) -> int:
+def _extension(space: spaces.Space, plan: dict, add_samples: int | None) -> int:
+    """Checks --add-samples and records it in the plan; the number of new trials (0: a plain resume)."""
+    if add_samples is None:
+        return 0
+    _check_positive("--add-samples", add_samples)
+    if plan["strategy"] == "grid":  # the grid walks on and never hands out a point twice
+        left = spaces.grid_size(space) - plan.get("trials", 0)
+        if add_samples > left:
+            raise UsageError(f"--add-samples {add_samples}: the grid has {max(left, 0)} points not yet run "
+                             "(grid search never repeats one); add at most that many, or tune on at random "
+                             "with a new run (--strategy random)")
+    growth.record_extension(plan, add_samples)
+    return add_samples
+
+
+def _warm_start(space: spaces.Space, strategy: str, args) -> dict | None:
+    """What --warm-start DIR... brings: earlier results (BOHB) or best configurations (the others)."""
+    if not args.warm_start:
+        return None
+    if strategy == "grid":
+        raise UsageError("--warm-start: grid search walks its fixed points and has nothing to learn from earlier "
+                         "runs; use random, asha, hyperband or bohb")
+    _check_positive("--warm-start-top", args.warm_start_top)
+    runs = growth.earlier_runs(args.warm_start, space)
+    return {"dirs": [str(Path(d).absolute()) for d in args.warm_start], "top": args.warm_start_top,
+            "results": len(growth.all_rows(runs)),
+            "configs": [] if strategy == "bohb" else growth.best_configs(runs, space, args.warm_start_top)}
+
+
+def _warm(space: spaces.Space, plan: dict, resume: bool) -> dict:
+    """RunSpec's warm start: on a first segment only (a resume restores the search's own state)."""
+    warm = plan.get("warm_start")
+    if not warm or resume:
+        return {}
+    if plan["strategy"] != "bohb":
+        return {"warm_points": warm["configs"]}
+    return {"warm_rows": growth.all_rows(growth.earlier_runs(warm["dirs"], space))}
+
+
+def _time_used(results_dir: Path, plan: dict, used: float) -> None:
+    plan["time_used_s"] = used
+    results.write_json(results_dir / "run.json", plan)
+
+
+def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend, *, resume: bool,
+             add_samples: int = 0) -> int:
     from tuning import runreport  # matplotlib, scipy: only for a run that goes ahead
 
     space = _with_precision(space, plan)
@@ -316,13 +390,17 @@ def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend
         max_val=smoke.get("max_val"), max_failures=plan["max_failures"], resume=resume,
         storage_path=plan.get("storage_path"), tune_logs=plan.get("tune_logs", False),
         progress_every_s=runreport.RELOAD_S,
-        on_progress=lambda records: runreport.write_from_records(results_dir, records, plan, live=True))
+        on_progress=lambda records: runreport.write_from_records(results_dir, records, plan, live=True),
+        add_samples=add_samples, extension=len(plan.get("extensions", [])), **_warm(space, plan, resume),
+        time_budget_s=plan.get("time_budget_s"), time_used_s=plan.get("time_used_s", 0.0),
+        on_time_used=lambda used: _time_used(results_dir, plan, used))
     records, interrupted = backend.run(spec)
     backend.stop_ray()
 
     params = list(space.params)
+    resources = plan["resources_per_trial"]
     trials = results.trials_table(records, params, strategy=plan["strategy"], max_epochs=plan["max_epochs"],
-                                  metric=space.metric, mode=space.mode)
+                                  metric=space.metric, mode=space.mode, cpus=resources["cpu"], gpus=resources["gpu"])
     epochs = results.epochs_table(records, params)
     results.write_tables(results_dir, trials, epochs)
     unfinished = [r for r in records if r["status"] not in ("TERMINATED", "ERROR")] or interrupted
@@ -333,8 +411,11 @@ def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend
         results.write_json(results_dir / "best_config.json", {
             "trial_id": best["trial_id"], "config": {p: best[p] for p in params}, "fixed": dict(space.fixed),
             **{k: best.get(k) for k in ("loss", "accuracy", "epochs", "test_loss", "test_accuracy")}})
-    plan.update(status="interrupted" if unfinished else "finished",
+    spent = unfinished and plan.get("time_budget_s") is not None and plan.get("time_used_s", 0) >= plan["time_budget_s"]
+    plan.update(status="time budget spent" if spent else "interrupted" if unfinished else "finished",
                 wall_time_s=round(plan.get("wall_time_s", 0) + time.time() - started, 1), trials=len(trials),
+                cpu_hours=float(trials["cpu_hours"].sum()) if len(trials) else 0.0,
+                gpu_hours=float(trials["gpu_hours"].sum()) if len(trials) else 0.0,
                 stopped_early=_count(trials, "stopped_early"), failed=_count(trials, "status", "ERROR"),
                 diverged=_count(trials, "diverged"), memory_growing=_count(trials, "memory_growing"),
                 resumed_trials=len(trials) - _count(trials, "resumed_at", ""),
@@ -346,6 +427,11 @@ def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend
         log.warning("report.html not written (%s: %s); try again with python -m tuning.report %s",
                     type(exc).__name__, exc, results_dir)
     _print_summary(best, plan, source, results_dir, params)
+    if spent:
+        print(f"\nTime budget spent: {plan['time_used_s']:.0f} s of running time against {plan['time_budget_s']:.0f} s. "
+              "Trials not finished are paused with their checkpoints. Go on with:\n"
+              f"  python -m tuning.run --resume {results_dir} --time-budget LONGER   (or --add-samples N)")
+        return 0
     if unfinished:
         print("\nInterrupted; the experiment's state is saved. Continue with:\n"
               f"  python -m tuning.run --resume {results_dir}")
@@ -386,6 +472,8 @@ def _print_summary(best, info: dict, source, results_dir: Path, params: list[str
     print(f"\n{info['trials']} trials: {info['stopped_early']} stopped early by the scheduler, "
           f"{info['failed']} failed, {info['resumed_trials']} paused and resumed from a checkpoint, "
           f"{info['recomputed_epochs']} epochs recomputed")
+    print(f"  device time: {info['cpu_hours']:.3g} CPU-hours, {info['gpu_hours']:.3g} GPU-hours "
+          "(each trial's resources times its running time)")
     if info.get("memory_growing"):
         print(f"  {info['memory_growing']} trial(s) grew in memory epoch after epoch: see memory_growing and "
               "peak_rss_mb in trials.csv; a tensor kept alive across steps is the usual cause")

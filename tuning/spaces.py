@@ -234,11 +234,21 @@ def to_tune(space: Space) -> dict:
     return {k: one(p) for k, p in space.params.items()}
 
 
-def to_grid(space: Space) -> dict:
-    """``tune.grid_search`` over every parameter's grid points."""
-    from ray import tune
+def contains(p: Param, value) -> bool:
+    """Whether `value` is one the declaration can produce (earlier runs' configurations are checked
+    with it before they warm-start a search)."""
+    if isinstance(p, Choice):
+        return value in p.values
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(p, IntUniform):
+        return float(value).is_integer() and p.low <= value <= p.high
+    return p.low <= value <= p.high
 
-    return {k: tune.grid_search(p.grid_values()) for k, p in space.params.items()}
+
+def grid_points(space: Space) -> dict[str, list]:
+    """Every parameter's grid points, for grid search (tuning.backend walks them lazily)."""
+    return {k: p.grid_values() for k, p in space.params.items()}
 
 
 def grid_size(space: Space) -> int:

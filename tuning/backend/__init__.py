@@ -38,7 +38,7 @@ os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_
 os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
 
 REPORTED = ["loss", "accuracy", "training_iteration"]
-ROWS_FILE = "results.jsonl"  # in the results dir: what the tables are built from
+ROWS_FILE = results.ROWS_FILE  # in the results dir: what the tables are built from
 EXPERIMENT_NAME = "tune"  # Ray's experiment folder inside the results dir
 
 
@@ -97,83 +97,6 @@ def _stopper(max_t: int, budget_iterations: int | None):
             return self.used >= budget_iterations
 
     return CombinedStopper(per_trial, BudgetStopper())
-
-
-# ---------------------------------------------------------------- search strategies
-
-def _search(space: spaces.Space, strategy: str, max_epochs: int, seed: int):
-    """(config, search_alg, scheduler) for a strategy over the space's one declaration."""
-    from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
-    from ray.tune.search import BasicVariantGenerator
-
-    metric, mode = space.metric, space.mode
-    if strategy == "grid":
-        return {}, _lazy_grid(space), FIFOScheduler()
-    if strategy == "random":
-        return spaces.to_tune(space), BasicVariantGenerator(random_state=seed), FIFOScheduler()
-    if strategy == "asha":
-        scheduler = ASHAScheduler(metric=metric, mode=mode, max_t=max_epochs,
-                                  grace_period=min(space.grace_period, max_epochs),
-                                  reduction_factor=space.reduction_factor)
-        return spaces.to_tune(space), BasicVariantGenerator(random_state=seed), scheduler
-    if strategy in ("bohb", "hyperband"):
-        return {} if strategy == "bohb" else spaces.to_tune(space), *_hyperband(space, strategy, max_epochs, seed)
-    raise spaces.SpaceError(f"strategy {strategy!r} unknown: use one of {', '.join(spaces.STRATEGIES)}")
-
-
-def _hyperband(space: spaces.Space, strategy: str, max_epochs: int, seed: int):
-    """(search_alg, scheduler) for BOHB (HpBandSter's model) or Hyperband (random proposals), both
-    on brackets as the papers define them (tuning/backend/hyperband.py)."""
-    from tuning.backend.hyperband import ModelSearch, PaperBOHB, PaperHyperBand, RandomSearch
-
-    model = None
-    if strategy == "bohb":
-        import numpy as np
-        np.random.seed(seed)  # HpBandSter draws its random fraction from numpy's global generator
-        model = PaperBOHB(space=spaces.to_configspace(space, seed), metric=space.metric, mode=space.mode, seed=seed)
-    scheduler = PaperHyperBand(time_attr="training_iteration", metric=space.metric, mode=space.mode,
-                               max_t=max_epochs, reduction_factor=space.reduction_factor,
-                               observe=model.observe if model else None)
-    search = ModelSearch(scheduler, model) if model else RandomSearch(scheduler, random_state=seed)
-    return search, scheduler
-
-
-def _lazy_grid(space: spaces.Space):
-    """A searcher that walks the space's grid (spaces.to_grid) point by point; num_samples
-    repeats it. tune.grid_search expands the whole grid up front, deep-copying the spec for
-    every point: 17 s per run for counting ones' 65,536 points, measured here."""
-    import pickle
-
-    from ray.tune.search import Searcher
-
-    grid = {k: v["grid_search"] for k, v in spaces.to_grid(space).items()}
-    size = spaces.grid_size(space)
-
-    class LazyGrid(Searcher):
-        def __init__(self):
-            super().__init__(metric=space.metric, mode=space.mode)
-            self.index = 0
-
-        def suggest(self, trial_id: str):
-            i, self.index = self.index % size, self.index + 1
-            config = {}
-            for key, values in reversed(grid.items()):  # the last parameter varies fastest
-                i, j = divmod(i, len(values))
-                config[key] = values[j]
-            return {k: config[k] for k in grid}
-
-        def on_trial_complete(self, trial_id: str, result=None, error: bool = False):
-            pass
-
-        def save(self, checkpoint_path: str):
-            with open(checkpoint_path, "wb") as f:
-                pickle.dump(self.index, f)
-
-        def restore(self, checkpoint_path: str):
-            with open(checkpoint_path, "rb") as f:
-                self.index = pickle.load(f)
-
-    return LazyGrid()
 
 
 def _reporter(space: spaces.Space, every_s: float = 30):
@@ -237,6 +160,15 @@ class RunSpec:
     tune_logs: bool = False
     callbacks: list = field(default_factory=list)
     pause_every_result: bool = False  # tuning.bench: what a pause and resume cost
+    # Growing a search (tuning.run --add-samples, --warm-start, --time-budget). An extension is a
+    # resume with add_samples new trials, the extension-th of the run (its seed lineage).
+    add_samples: int = 0
+    extension: int = 0
+    warm_points: list = field(default_factory=list)  # configurations to evaluate first
+    warm_rows: list = field(default_factory=list)  # earlier runs' results, for BOHB's model
+    time_budget_s: float | None = None  # seconds of running time, of which time_used_s are gone
+    time_used_s: float = 0.0
+    on_time_used: Callable[[float], None] | None = None  # told the running total every few seconds
     # Called with (search_alg, scheduler) once tune.run returns: lets tests look at the brackets
     # and at what BOHB's model was given.
     on_search: Callable | None = None
@@ -253,13 +185,15 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     from ray import tune
     from ray.tune import CheckpointConfig
 
-    space = spec.space
-    config, search_alg, scheduler = _search(space, spec.strategy, spec.max_epochs, spec.seed)
-    if spec.pause_every_result:  # tuning.bench: random proposals, each trial paused after every result
-        from tuning.backend.hyperband import PauseEveryResult, RandomSearch
+    from tuning.backend import budget as time_budget
+    from tuning.backend import strategies
 
-        scheduler = PauseEveryResult()
-        search_alg = RandomSearch(scheduler, random_state=spec.seed)
+    space = spec.space
+    budget = (time_budget.TimeBudget(spec.time_budget_s, spec.time_used_s, spec.on_time_used)
+              if spec.time_budget_s is not None else None)
+    config, search_alg, scheduler = strategies.build(spec, budget)
+    if spec.resume and hasattr(scheduler, "rebuild"):  # Tune saves no scheduler state: ASHA's rungs
+        log.info("ASHA's rungs rebuilt from %d earlier results", scheduler.rebuild(results.read_rows(spec.rows_file)))
     if space.trainer in BENCHMARKS:
         trainable = tune.with_parameters(benchmark_trainable(), benchmark=space.trainer,
                                          max_t=spec.max_epochs, seed=spec.seed)
@@ -286,8 +220,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
         name=name,
         storage_path=storage,
         config=config,
-        # Grid: num_samples repeats the grid, as with tune.grid_search.
-        num_samples=spec.num_samples * (spaces.grid_size(space) if spec.strategy == "grid" else 1),
+        num_samples=_num_samples(spec),
         search_alg=search_alg,
         scheduler=scheduler,
         stop=_stopper(spec.max_epochs, spec.budget_iterations),
@@ -301,16 +234,25 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
         raise_on_failed_trial=False,
         max_failures=spec.max_failures,
         resume=True if spec.resume else None,
-        callbacks=[row_log, *(_tune_loggers() if spec.tune_logs else []), *progress, *spec.callbacks],
+        callbacks=[row_log, *(_tune_loggers() if spec.tune_logs else []), *progress, *spec.callbacks,
+                   *([time_budget.StopWhenSpent(budget)] if budget else [])],
     )
     for p in progress:
         p.wait()  # a live report being written finishes before the final one
+    if budget is not None:
+        budget.save(force=True)
     if spec.on_search is not None:
         spec.on_search(search_alg, scheduler)
     interrupted = tune_handler_set and signal.getsignal(signal.SIGINT) is before
     signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
     rows = results.read_rows(spec.rows_file)
     return [_record(t, rows.get(t.trial_id, [])) for t in analysis.trials], interrupted
+
+
+def _num_samples(spec: RunSpec) -> int:
+    """Trials for tune.run to create; for grid, the grid times its repeats (num_samples repeats
+    the grid, as with tune.grid_search). A resume creates what its restored search has left."""
+    return spec.num_samples * (spaces.grid_size(spec.space) if spec.strategy == "grid" else 1)
 
 
 def experiment_location(results_dir: Path, storage_path: str | None) -> tuple[str, str]:

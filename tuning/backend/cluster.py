@@ -70,7 +70,9 @@ def start_ray(num_cpus: int | None = None, address: str | None = None,
         # (tuning.cli: stop like Ctrl-C) gets it back; Ray's processes still stop at exit.
         sigterm = signal.getsignal(signal.SIGTERM)
         if address is None:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs)
+            # "local": a new Ray of its own, even when `ray start` left a cluster on this machine
+            # (ray.init() alone joins that one; --address auto is the way to ask for it).
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs)
         else:
             if address != "auto":
                 _check_reachable(address)

@@ -33,7 +33,6 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler, HyperBandForBOHB
 from ray.tune.schedulers.hyperband import _Bracket
 from ray.tune.schedulers.trial_scheduler import TrialScheduler
-from ray.tune.search import BasicVariantGenerator, SearchGenerator
 from ray.tune.search.bohb import TuneBOHB
 from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
 
@@ -150,34 +149,6 @@ class PauseEveryResult(FIFOScheduler):
         return all(t.status in (Trial.TERMINATED, Trial.ERROR) for t in self._trials)
 
 
-class _HoldActorsWhilePaused:
-    """A search that counts as finished only once every trial of its pausing scheduler is.
-
-    Tune keeps a stopped or paused trial's actor for reuse only while its search is unfinished,
-    and a search whose last trial has been created counts as finished. From then on every pause
-    destroyed the trial's process, and its resume started a new one that imported torch and the
-    trainable again (18-35 s per pause and resume of a CIFAR trial on this busy 2-core machine,
-    tuning.bench). A paused trial is work to come, so the search is not over while one can come
-    back. Tune ends the experiment when its trials are done and the search is finished, which is
-    the same moment: nothing waits longer. (The one trial that is being paused while every other
-    is finished still loses its process: Tune marks it terminated before deciding.)"""
-
-    def __init__(self, scheduler, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self._scheduler = scheduler
-
-    def is_finished(self) -> bool:
-        return super().is_finished() and self._scheduler.all_finished()
-
-
-class RandomSearch(_HoldActorsWhilePaused, BasicVariantGenerator):
-    """Tune's random variant generator, for a scheduler that pauses trials."""
-
-
-class ModelSearch(_HoldActorsWhilePaused, SearchGenerator):
-    """A Searcher (BOHB's) in Tune's SearchGenerator, for a scheduler that pauses trials."""
-
-
 class PaperBOHB(TuneBOHB):
     """TuneBOHB fed by PaperHyperBand.observe, each (trial, budget) once, with plain proposals.
 
@@ -208,6 +179,23 @@ class PaperBOHB(TuneBOHB):
         self.observed.append((trial_id, budget))
         self.bohber.new_result(_BOHBJobWrapper(self._metric_op * result[self.metric], budget,
                                                self._params(trial_id, result)))
+
+    def warm(self, rows: list[dict]) -> None:
+        """Earlier runs' results (tuning.run --warm-start), each at its budget (its training
+        iteration), in the way HpBandSter warm-starts: every point stored, each budget's model fitted
+        once, after its last point, budgets in ascending order (a model on a larger budget makes
+        HpBandSter skip smaller ones)."""
+        by_budget: dict[float, list[dict]] = {}
+        for row in rows:
+            value = row.get(self.metric)
+            if isinstance(value, (int, float)) and np.isfinite(value):
+                by_budget.setdefault(row["training_iteration"], []).append(row)
+        for budget in sorted(by_budget):
+            batch = by_budget[budget]
+            for i, row in enumerate(batch):
+                job = _BOHBJobWrapper(self._metric_op * row[self.metric], budget,
+                                      {k: row["config"][k] for k in self._space})
+                self.bohber.new_result(job, update_model=i == len(batch) - 1)
 
     def _params(self, trial_id: str, result: dict) -> dict:
         # After a resume, TuneBOHB's saved state may predate trials that reported before the

@@ -1,0 +1,101 @@
+"""Searches that grow, as plain data: a time budget's duration, earlier runs read back for a warm
+start (checked against the space), their best configurations, and what an extension records.
+tuning.backend turns these into Tune objects; no Ray here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+
+from tuning import results, spaces
+from tuning.cli import UsageError
+
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_duration(text: str) -> float:
+    """'90s', '30m', '2h' (or plain seconds) as seconds; anything else is bad input."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text or "")
+    if not m or float(m[1]) <= 0:
+        raise UsageError(f"--time-budget {text!r}: give a positive duration such as 90s, 30m or 2h")
+    return float(m[1]) * _UNITS[m[2] or "s"]
+
+
+def _declared(decl: dict):
+    return getattr(spaces, decl["type"])(**{k: v for k, v in decl.items() if k != "type"})
+
+
+def _mismatch(space: spaces.Space, plan: dict, rows: dict[str, list[dict]]) -> str | None:
+    """The first parameter in which an earlier run differs from the space, said in words."""
+    theirs = plan.get("params") or {}
+    for name in sorted(set(space.params) | set(theirs)):
+        if name not in theirs:
+            return f"parameter {name!r} is not in it"
+        if name not in space.params:
+            return f"it searched parameter {name!r}, which the space does not declare"
+        if _declared(theirs[name]) != space.params[name]:
+            return f"parameter {name!r} was declared {theirs[name]}, not as the space declares it now"
+    for trial_rows in rows.values():
+        for row in trial_rows[:1]:
+            for name, p in space.params.items():
+                if not spaces.contains(p, row.get("config", {}).get(name)):
+                    return f"parameter {name!r} has value {row.get('config', {}).get(name)!r} outside the declaration"
+    return None
+
+
+def earlier_runs(dirs: list[str], space: spaces.Space) -> list[tuple[dict, dict[str, list[dict]]]]:
+    """(run.json, rows by trial) of each earlier run, refused in one line when it is not a run of
+    this space, its parameters differ from the declaration, or it has no results."""
+    out = []
+    for d in dirs:
+        folder = Path(d).absolute()
+        try:
+            plan = json.loads((folder / "run.json").read_text())
+        except (OSError, ValueError):
+            raise UsageError(f"--warm-start {folder}: not a tuning.run results dir (no readable run.json)") from None
+        if plan.get("space") != space.name:
+            raise UsageError(f"--warm-start {folder}: a run of space {plan.get('space')!r}, not {space.name!r}; "
+                             "warm-start from runs of the same space")
+        rows = results.read_rows(folder / results.ROWS_FILE)
+        problem = _mismatch(space, plan, rows)
+        if problem:
+            raise UsageError(f"--warm-start {folder}: {problem}; warm-start from runs of this declaration")
+        if not rows:
+            raise UsageError(f"--warm-start {folder}: it holds no results")
+        out.append((plan, rows))
+    return out
+
+
+def best_configs(runs: list[tuple[dict, dict[str, list[dict]]]], space: spaces.Space, k: int) -> list[dict]:
+    """The k best earlier configurations: trials that trained their run's full budget first (a loss
+    after 1 of 16 epochs is not the configuration's result), then by their last value."""
+    sign = 1 if space.mode == "min" else -1
+    ranked = []
+    for plan, rows in runs:
+        for trial_rows in rows.values():
+            last = max(trial_rows, key=lambda r: r.get("training_iteration", 0))
+            value = last.get(space.metric)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                full = last.get("training_iteration", 0) >= plan.get("max_epochs", math.inf)
+                ranked.append((not full, sign * value, {p: last["config"][p] for p in space.params}))
+    ranked.sort(key=lambda t: (t[0], t[1]))
+    out = []
+    for _, _, config in ranked:
+        if config not in out:
+            out.append(config)
+    return out[:k]
+
+
+def all_rows(runs: list[tuple[dict, dict[str, list[dict]]]]) -> list[dict]:
+    return [row for _, rows in runs for trial_rows in rows.values() for row in trial_rows]
+
+
+def record_extension(plan: dict, samples: int) -> int:
+    """Note an extension in run.json's plan; returns its number in the run's seed lineage."""
+    plan.setdefault("extensions", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "samples": samples})
+    plan["num_samples"] = plan["num_samples"] + samples
+    return len(plan["extensions"])
