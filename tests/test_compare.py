@@ -179,3 +179,18 @@ def test_experiment_naming_an_unknown_strategy_or_benchmark(tmp_path, body, need
     assert proc.returncode == 2 and needle in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+@pytest.mark.timeout(600)
+def test_a_warm_started_strategy_runs_from_its_source_run_and_is_judged_against_the_reference(tmp_path):
+    out = tmp_path / "warm"
+    proc = _compare("experiments/warm_start", "--smoke", "--seeds", "1", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    source = [json.loads(line) for line in (out / "runs" / "source-s0.jsonl").read_text().splitlines()]
+    assert source and {"config", "training_iteration", "loss"} <= set(source[0])
+    assert "source-s0: the earlier run" in proc.stdout
+    finals = pd.read_csv(out / "finals.csv")
+    assert sorted(finals["strategy"]) == ["bohb", "bohb+warm"]
+    md = (out / "report.md").read_text()
+    assert "Significance against bohb" in md and "speed-up vs bohb" in md
+    assert json.loads((out / "experiment.json").read_text())["reference"] == "bohb"

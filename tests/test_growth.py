@@ -67,6 +67,19 @@ def test_warm_start_evaluates_the_earlier_best_first(random_run, tmp_path):
     assert proc.returncode == 0
 
 
+def test_a_warm_started_bohb_model_holds_every_earlier_result_at_its_budget(random_run):
+    from tuning.backend import strategies
+
+    rows = [r for rs in results.read_rows(random_run / "results.jsonl").values() for r in rs]
+    spec = backend.RunSpec(space=spaces.load("counting_ones"), strategy="bohb", num_samples=5, max_epochs=3, seed=0,
+                           cpus_per_trial=1, gpus_per_trial=0, source=None, results_dir=random_run, warm_rows=rows)
+    model = strategies.build(spec)[1].searcher.bohber
+    per_budget = {b: sum(r["training_iteration"] == b for r in rows) for b in (1, 2, 3)}
+    assert {b: len(v) for b, v in model.losses.items()} == per_budget == {1: 6, 2: 6, 3: 6}
+    # Each loss is its row's, at its budget: the model saw the earlier run as it was.
+    assert sorted(model.losses[3]) == sorted(r["loss"] for r in rows if r["training_iteration"] == 3)
+
+
 def test_warm_start_from_another_space_or_declaration_is_refused(random_run, tmp_path):
     proc = run_cli("--space", "mf_hartmann", "--warm-start", str(random_run), "--results-dir", str(tmp_path / "a"))
     assert proc.returncode == 2 and "a run of space 'counting_ones', not 'mf_hartmann'" in proc.stderr

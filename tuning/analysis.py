@@ -1,6 +1,7 @@
 """The numbers of a strategy comparison, from what ``python -m tuning.compare`` wrote: the runs
 table checked against its contract, regret, incumbents on a common budget / time grid, anytime
-curves, per-run finals, budget to random's median, and Mann-Whitney U tests against random.
+curves, per-run finals, budget to the reference's median (random search's unless the experiment names
+another), and Mann-Whitney U tests against it.
 ``tuning.report`` turns them into figures and words."""
 
 from __future__ import annotations
@@ -158,11 +159,12 @@ def _budget_to_target(run: pd.DataFrame, target: float, sign: int) -> float:
 
 
 def summarize(runs: pd.DataFrame, exp: dict) -> dict:
-    """The numbers of the report: per-run rows, the final table and the tests against random."""
-    sign, strategies = _sign(exp), _order(runs, exp)
+    """The numbers of the report: per-run rows, the final table and the tests against the
+    reference strategy (experiment.json's "reference"; random search unless it names another)."""
+    sign, strategies, ref = _sign(exp), _order(runs, exp), exp.get("reference", "random")
     pr = per_run(runs, sign, exp.get("metric", "loss"))
-    rand = pr.loc[pr["strategy"] == "random", "final"].dropna()
-    target = float(rand.median()) if len(rand) else math.nan
+    base = pr.loc[pr["strategy"] == ref, "final"].dropna()
+    target = float(base.median()) if len(base) else math.nan
     b2t = {}  # strategy -> median budget to target over its runs, never-reached counting as inf
     table, tests = [], []
     for s in strategies:
@@ -174,25 +176,25 @@ def summarize(runs: pd.DataFrame, exp: dict) -> dict:
                "reached": 0, "budget_to_target": math.nan, "speedup": math.nan,
                "trials_per_run": p["trials"].mean(), "recomputed_epochs": int(p["recomputed"].sum()),
                "wall_s_per_run": p["wall_s"].mean(), "device_hours_per_run": p["device_hours"].mean()}
-        if len(rand):
+        if len(base):
             b = np.array([_budget_to_target(r, target, sign)
                           for _, r in runs[runs["strategy"] == s].groupby("run_id", sort=False)])
             # Lower median for an even count: the budget by which at least half the runs got there.
             row["budget_to_target"] = b2t[s] = float(np.quantile(b, 0.5, method="lower"))
             row["reached"] = int(np.isfinite(b).sum())
         table.append(row)
-        if s != "random" and len(rand) >= 2 and len(f) >= 2:
-            tests.append({"strategy": s, "n": len(f), "n_random": len(rand), "median": f.median(),
-                          "median_random": rand.median(), "delta_median": f.median() - rand.median(),
-                          "p": float(stats.mannwhitneyu(f, rand, alternative="two-sided").pvalue),
+        if s != ref and len(base) >= 2 and len(f) >= 2:
+            tests.append({"strategy": s, "n": len(f), "n_reference": len(base), "median": f.median(),
+                          "median_reference": base.median(), "delta_median": f.median() - base.median(),
+                          "p": float(stats.mannwhitneyu(f, base, alternative="two-sided").pvalue),
                           # Exact two-sided U test without ties: no p below 2 / C(n1+n2, n1).
-                          "min_p": min(1.0, 2 / math.comb(len(f) + len(rand), len(f)))})
+                          "min_p": min(1.0, 2 / math.comb(len(f) + len(base), len(f)))})
     table = pd.DataFrame(table)
-    if "random" in b2t:
-        table["speedup"] = [b2t["random"] / b2t[s] if math.isfinite(b2t[s]) and math.isfinite(b2t["random"])
+    if ref in b2t:
+        table["speedup"] = [b2t[ref] / b2t[s] if math.isfinite(b2t[s]) and math.isfinite(b2t[ref])
                             else math.nan for s in table["strategy"]]
     return {"per_run": pr, "table": table, "tests": pd.DataFrame(tests), "target": target,
-            "strategies": strategies, "sign": sign}
+            "strategies": strategies, "sign": sign, "reference": ref}
 
 
 def stopped_early(pr: pd.DataFrame, exp: dict, strategies: list[str]) -> list[str]:

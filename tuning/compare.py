@@ -11,6 +11,7 @@ At the end it writes runs.csv/.parquet, experiment.json, provenance.json and the
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import sys
 import time
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tuning import cli, data, report, results, spaces
+from tuning import cli, data, growth, report, results, spaces
 from tuning.backend import ClusterError
 from tuning.cli import UsageError
 
@@ -34,8 +35,12 @@ class Experiment:
     strategies: tuple = spaces.STRATEGIES
     max_epochs: int | None = None  # the space's unless set
     cpus_per_trial: float | None = None
-    smoke: dict = field(default_factory=dict)  # overrides under --smoke: budget, seeds, max_epochs
+    smoke: dict = field(default_factory=dict)  # overrides under --smoke: budget, seeds, max_epochs, warm_budget
     description: str = ""
+    # A strategy named "<strategy>+warm" runs warm-started (tuning.run --warm-start) from an earlier
+    # run of warm_from["strategy"] given warm_from["budget"] full evaluations, on seed + "seed_offset".
+    warm_from: dict | None = None
+    reference: str = "random"  # what the report's targets, speed-ups and tests compare against
 
 
 def load_experiment(path: str) -> tuple[str, Experiment]:
@@ -52,9 +57,12 @@ def load_experiment(path: str) -> tuple[str, Experiment]:
     exp = getattr(module, "EXPERIMENT", None)
     if not isinstance(exp, Experiment):
         raise UsageError(f"{file} defines no EXPERIMENT = Experiment(...)")
-    unknown = [s for s in exp.strategies if s not in spaces.STRATEGIES]
+    unknown = [s for s in exp.strategies if s.removesuffix("+warm") not in spaces.STRATEGIES]
     if unknown:
-        raise UsageError(f"{file}: strategy {unknown[0]!r} unknown: use any of {', '.join(spaces.STRATEGIES)}")
+        raise UsageError(f"{file}: strategy {unknown[0]!r} unknown: use any of {', '.join(spaces.STRATEGIES)}"
+                         " (or one of them + '+warm', with warm_from)")
+    if any(s.endswith("+warm") for s in exp.strategies) and not exp.warm_from:
+        raise UsageError(f"{file}: a '+warm' strategy needs warm_from={{'strategy': ..., 'budget': ...}}")
     try:
         spaces.load(exp.space)
     except spaces.SpaceError as exc:
@@ -116,6 +124,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
         backend.start_ray(address=address)
     # On shared storage each comparison gets its own folder, its runs one each inside it.
     storage = f"{storage_path.rstrip('/')}/{out.name}" if storage_path else None
+    setting = dict(space=space, max_t=max_t, source=source, smoke=smoke, storage_path=storage)
     for i, (strategy, seed) in enumerate(jobs, start=1):
         run_id = f"{strategy}-s{seed}"
         done = out / "runs" / f"{run_id}.csv"
@@ -124,7 +133,9 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
             continue
         print(f"[{i}/{len(jobs)}] {run_id}: running ({budget:g} full evaluations of {max_t} iterations)", flush=True)
         started = time.monotonic()
-        rows = _one_run(space, strategy, seed, max_t, budget, source, out / "runs" / run_id, smoke, storage)
+        warm = _warm(exp, strategy, seed, out, over, setting)
+        rows = _one_run(strategy=strategy.removesuffix("+warm"), seed=seed, budget=budget,
+                        run_dir=out / "runs" / run_id, **warm, **setting)
         df = _run_rows(rows, benchmark=space.trainer if space.trainer != "cifar" else name, strategy=strategy,
                        seed=seed, max_t=max_t, params=params, cpus=space.cpus_per_trial)
         _write_csv(df, done)
@@ -145,7 +156,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
         "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seed_list,
         "params": params, "optimum": bench.optimum if bench else None, "regret": bench.regret if bench else None,
         "dims": bench.dims if bench else None, "description": exp.description, "space": exp.space,
-        "smoke": smoke})
+        "smoke": smoke, "reference": exp.reference, "warm_from": exp.warm_from})
     results.write_json(out / "provenance.json", {
         "command": "python -m tuning.compare " + " ".join(argv),
         "data": {"kind": source.kind if source else f"benchmark:{space.trainer}",
@@ -155,8 +166,33 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     return report.write_report(out)["html"]
 
 
-def _one_run(space, strategy, seed, max_t, budget, source, run_dir: Path, smoke: bool,
-             storage_path: str | None = None) -> list[dict]:
+def _warm(exp: Experiment, strategy: str, seed: int, out: Path, over: dict, setting: dict) -> dict:
+    """A '+warm' run's start: the earlier run's rows for BOHB's model, its best configurations for
+    the others. The earlier run is made once per seed and kept in runs/source-s<seed>.jsonl."""
+    if not strategy.endswith("+warm"):
+        return {}
+    file = out / "runs" / f"source-s{seed}.jsonl"
+    if file.exists():
+        rows = [json.loads(line) for line in file.read_text().splitlines()]
+    else:
+        budget = over.get("warm_budget") or exp.warm_from["budget"]
+        print(f"      source-s{seed}: the earlier run to start from ({exp.warm_from['strategy']}, {budget:g} "
+              "full evaluations)", flush=True)
+        rows = [{k: r[k] for k in ("trial_id", "training_iteration", "config", setting["space"].metric)}
+                for r in _one_run(strategy=exp.warm_from["strategy"], seed=seed + exp.warm_from.get("seed_offset", 1000),
+                                  budget=budget, run_dir=out / "runs" / f"source-s{seed}", **setting)]
+        results.write_text(file, "".join(json.dumps(r) + "\n" for r in rows))
+    if strategy.startswith("bohb"):
+        return {"warm_rows": rows}
+    by_trial: dict[str, list[dict]] = {}
+    for r in rows:
+        by_trial.setdefault(r["trial_id"], []).append(r)
+    return {"warm_points": growth.best_configs([({"max_epochs": setting["max_t"]}, by_trial)], setting["space"], 3)}
+
+
+def _one_run(*, space, strategy, seed, max_t, budget, source, run_dir: Path, smoke: bool,
+             storage_path: str | None = None, warm_rows: list | None = None,
+             warm_points: list | None = None) -> list[dict]:
     from tuning import backend
 
     rec = backend.recorder()
@@ -169,7 +205,7 @@ def _one_run(space, strategy, seed, max_t, budget, source, run_dir: Path, smoke:
         max_epochs=max_t, seed=seed, cpus_per_trial=space.cpus_per_trial, gpus_per_trial=0,
         source=source, results_dir=run_dir, max_train=2000 if smoke else None, max_val=500 if smoke else None,
         budget_iterations=int(round(budget * max_t)), progress=False, snapshot_every_step=False, callbacks=[rec],
-        storage_path=storage_path)
+        storage_path=storage_path, warm_rows=warm_rows or [], warm_points=warm_points or [])
     _, interrupted = backend.run(spec)
     if interrupted:  # a partial run must not be kept as finished
         raise KeyboardInterrupt

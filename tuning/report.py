@@ -145,97 +145,119 @@ def _g(x, digits: int = 3) -> str:
     return str(x)
 
 
+def _name(ref: str) -> str:
+    """How the text names the reference strategy: random search, or the strategy's own name."""
+    return "random search" if ref == "random" else ref
+
+
 def _verdicts(summary: dict, unit: str) -> list[str]:
     """One sentence per strategy, derived from the numbers; nothing here is written in advance."""
     out, t = [], summary["table"].set_index("strategy")
+    ref, name = summary["reference"], _name(summary["reference"])
     for _, r in summary["tests"].iterrows():
         s, d = r["strategy"], r["delta_median"]
-        nums = f"median {_g(r['median'])} vs {_g(r['median_random'])}, p={r['p']:.2g}"
+        nums = f"median {_g(r['median'])} vs {_g(r['median_reference'])}, p={r['p']:.2g}"
         if r["p"] < ALPHA:
             better = summary["sign"] * d < 0
-            text = (f"{s}: final {unit} {'lower' if d < 0 else 'higher'} than random search's ({nums}), "
-                    f"so {'better' if better else 'worse'} than random at this budget.")
+            text = (f"{s}: final {unit} {'lower' if d < 0 else 'higher'} than {name}'s ({nums}), "
+                    f"so {'better' if better else 'worse'} than {ref} at this budget.")
         else:
-            text = f"{s}: no significant difference from random search ({nums})."
+            text = f"{s}: no significant difference from {name} ({nums})."
             if r["min_p"] >= ALPHA:
-                text += (f" With {r['n']} and {r['n_random']} seeds the test cannot give p below "
+                text += (f" With {r['n']} and {r['n_reference']} seeds the test cannot give p below "
                          f"{r['min_p']:.2g}, so more seeds are needed to show any difference.")
         if math.isfinite(t.loc[s, "speedup"]):
-            text += (f" It reached random's median final {unit} in {t.loc[s, 'reached']} of {t.loc[s, 'runs']} "
-                     f"runs, {t.loc[s, 'speedup']:.2g}x as fast as random by consumed budget.")
+            text += (f" It reached {ref}'s median final {unit} in {t.loc[s, 'reached']} of {t.loc[s, 'runs']} "
+                     f"runs, {t.loc[s, 'speedup']:.2g}x as fast as {ref} by consumed budget.")
         out.append(text)
     return out
+
+
+def _measured(runs, exp, prov, strategies) -> list[str]:
+    """What was run, on what, and how to read the figure."""
+    seeds = sorted(runs["seed"].unique())
+    kind = {"normalized_counting_ones": f"regret = loss / {exp.get('dims')} + 1 (normalised as in "
+                                        "Falkner et al., ICML 2018; 0 at the optimum)",
+            "difference": f"regret = loss - optimum ({_g(exp.get('optimum'), 6)})"}.get(exp.get("regret"))
+    data = {k: v for k, v in flatten(prov or {}) if k.split(".")[-1] in ("kind", "data")}
+    return [f"{len(strategies)} strategies ({', '.join(strategies)}) x {len(seeds)} seeds "
+            f"({', '.join(map(str, seeds))}); {runs['run_id'].nunique()} runs, {len(runs)} reported "
+            f"evaluations. Each run was given {exp['budget']:g} full evaluations of budget "
+            f"(a full evaluation = {exp['max_t']} iterations).",
+            f"Metric: {exp.get('metric', 'loss')} ({exp.get('mode', 'min')}imised). "
+            + (f"Plotted as {kind}." if kind else "No known optimum: the metric itself is plotted."),
+            "The incumbent counts only full-fidelity results (as in the BOHB paper): at budget b a "
+            "run's incumbent is its best full-fidelity result with consumed budget <= b. A strategy's "
+            "line starts where every one of its seeds has a full-fidelity result; before that it is "
+            "not drawn. Shaded: mean ± one standard error over seeds.",
+            "Against wall-clock time, a run's incumbent is carried forward after the run ended.",
+            *([f"Regret is drawn on a log axis, clipped at {REGRET_FLOOR:g}: regret 0 (the optimum) "
+               "and a mean - SE below 0 are drawn at that floor, below the axis's lower edge, so a "
+               "line or band leaving the bottom edge went below what the axis shows."]
+              if exp.get("regret") else []),
+            *([f"Data ({k}): {v}" for k, v in data.items()])]
+
+
+def _finals(summary: dict, metric: str, unit: str) -> list[tuple]:
+    """The final table and what its target columns mean."""
+    tb, ref = summary["table"], summary["reference"]
+    table = pd.DataFrame({
+        "strategy": tb["strategy"], "n": tb["n"],
+        f"final {unit} mean ± std": [f"{_g(m)} ± {_g(s, 2)}" for m, s in zip(tb["final_mean"], tb["final_std"])],
+        **({f"final {metric} mean ± std": [f"{_g(m)} ± {_g(s, 2)}" for m, s in
+                                           zip(tb["final_metric_mean"], tb["final_metric_std"])]}
+           if unit != metric else {}),
+        "budget to target (median)": [_g(v) for v in tb["budget_to_target"]],
+        "reached target": [f"{r} of {n}" for r, n in zip(tb["reached"], tb["runs"])],
+        f"speed-up vs {ref}": [f"{v:.2g}x" if math.isfinite(v) else "n/a" for v in tb["speedup"]],
+        "trials per run": [f"{v:.1f}" for v in tb["trials_per_run"]],
+        "epochs recomputed": tb["recomputed_epochs"],
+        "wall time per run (s)": [f"{v:.1f}" for v in tb["wall_s_per_run"]],
+        "device-hours per run": [_g(v) for v in tb["device_hours_per_run"]]})
+    note = (f"n: seeds with a full-fidelity result. Target: {_name(ref)}'s median final {unit} "
+            f"({_g(summary['target'])}). Budget to target: the first consumed budget (full "
+            "evaluations) at which a run's incumbent reached it, median over seeds (the lower "
+            "middle value for an even count, i.e. the budget by which at least half the runs got "
+            f"there); runs that never reached it count as not reached. Speed-up: {ref}'s budget "
+            "to target divided by the strategy's.") if ref in summary["strategies"] else (
+            f"Target, budget-to-target and speed-up columns are not available: no {_name(ref)} runs.")
+    return [("h2", "Final results"), ("table", table), ("p", note)]
+
+
+def _significance(summary: dict, unit: str) -> list[tuple]:
+    """Mann-Whitney U tests of every strategy against the reference, and their verdicts."""
+    ref, name = summary["reference"], _name(summary["reference"])
+    b = [("h2", f"Significance against {name}"),
+         ("p", "Mann-Whitney U test, two-sided, of each strategy's final incumbents (one per seed) "
+               f"against {name}'s. Effect: difference of medians, strategy minus {ref} "
+               f"(negative: lower final {unit}). Verdicts use p < {ALPHA:g}.")]
+    tt = summary["tests"]
+    if tt.empty:
+        return b + [("p", "Not computed: " + (f"no {name} runs." if ref not in summary["strategies"] else
+                                              "fewer than 2 seeds with a result."))]
+    return b + [("table", pd.DataFrame({
+                    "strategy": tt["strategy"], "n": tt["n"], f"n {ref}": tt["n_reference"],
+                    f"median final {unit}": [_g(v) for v in tt["median"]],
+                    f"{ref}'s median": [_g(v) for v in tt["median_reference"]],
+                    "difference of medians": [_g(v) for v in tt["delta_median"]],
+                    "p (Mann-Whitney U, two-sided)": [f"{v:.2g}" for v in tt["p"]]})),
+                ("ul", _verdicts(summary, unit))]
 
 
 def _blocks(runs, exp, prov, summary, figures: dict) -> list[tuple]:
     """The report as ("h1"|"h2"|"p"|"ul"|"table"|"img", content) blocks, rendered to md and html."""
     metric = exp.get("metric", "loss")
     unit = "regret" if exp.get("regret") else metric
-    tb, strategies, seeds = summary["table"], summary["strategies"], sorted(runs["seed"].unique())
-    has_random = "random" in strategies
-    kind = {"normalized_counting_ones": f"regret = loss / {exp.get('dims')} + 1 (normalised as in "
-                                        "Falkner et al., ICML 2018; 0 at the optimum)",
-            "difference": f"regret = loss - optimum ({_g(exp.get('optimum'), 6)})"}.get(exp.get("regret"))
-    data = {k: v for k, v in flatten(prov or {}) if k.split(".")[-1] in ("kind", "data")}
+    strategies = summary["strategies"]
     b = [("h1", f"Strategy comparison: {exp.get('name', '')} on {exp.get('benchmark', '')}"),
          ("p", exp.get("description", "")),
-         ("h2", "What was measured"),
-         ("ul", [f"{len(strategies)} strategies ({', '.join(strategies)}) x {len(seeds)} seeds "
-                 f"({', '.join(map(str, seeds))}); {runs['run_id'].nunique()} runs, {len(runs)} reported "
-                 f"evaluations. Each run was given {exp['budget']:g} full evaluations of budget "
-                 f"(a full evaluation = {exp['max_t']} iterations).",
-                 f"Metric: {exp.get('metric', 'loss')} ({exp.get('mode', 'min')}imised). "
-                 + (f"Plotted as {kind}." if kind else "No known optimum: the metric itself is plotted."),
-                 "The incumbent counts only full-fidelity results (as in the BOHB paper): at budget b a "
-                 "run's incumbent is its best full-fidelity result with consumed budget <= b. A strategy's "
-                 "line starts where every one of its seeds has a full-fidelity result; before that it is "
-                 "not drawn. Shaded: mean ± one standard error over seeds.",
-                 "Against wall-clock time, a run's incumbent is carried forward after the run ended.",
-                 *([f"Regret is drawn on a log axis, clipped at {REGRET_FLOOR:g}: regret 0 (the optimum) "
-                    "and a mean - SE below 0 are drawn at that floor, below the axis's lower edge, so a "
-                    "line or band leaving the bottom edge went below what the axis shows."]
-                   if exp.get("regret") else []),
-                 *([f"Data ({k}): {v}" for k, v in data.items()])]),
+         ("h2", "What was measured"), ("ul", _measured(runs, exp, prov, strategies)),
          ("h2", "Anytime performance"), ("img", figures["anytime"], "incumbent against budget and time"),
-         ("h2", "Final results"), ("table", pd.DataFrame({
-             "strategy": tb["strategy"], "n": tb["n"],
-             f"final {unit} mean ± std": [f"{_g(m)} ± {_g(s, 2)}" for m, s in zip(tb["final_mean"], tb["final_std"])],
-             **({f"final {metric} mean ± std": [f"{_g(m)} ± {_g(s, 2)}" for m, s in
-                                                zip(tb["final_metric_mean"], tb["final_metric_std"])]}
-                if unit != metric else {}),
-             "budget to target (median)": [_g(v) for v in tb["budget_to_target"]],
-             "reached target": [f"{r} of {n}" for r, n in zip(tb["reached"], tb["runs"])],
-             "speed-up vs random": [f"{v:.2g}x" if math.isfinite(v) else "n/a" for v in tb["speedup"]],
-             "trials per run": [f"{v:.1f}" for v in tb["trials_per_run"]],
-             "epochs recomputed": tb["recomputed_epochs"],
-             "wall time per run (s)": [f"{v:.1f}" for v in tb["wall_s_per_run"]],
-             "device-hours per run": [_g(v) for v in tb["device_hours_per_run"]]}))]
-    b.append(("p", (f"n: seeds with a full-fidelity result. Target: random search's median final {unit} "
-                    f"({_g(summary['target'])}). Budget to target: the first consumed budget (full "
-                    "evaluations) at which a run's incumbent reached it, median over seeds (the lower "
-                    "middle value for an even count, i.e. the budget by which at least half the runs got "
-                    "there); runs that never reached it count as not reached. Speed-up: random's budget "
-                    "to target divided by the strategy's.") if has_random else
-                   "Target, budget-to-target and speed-up columns are not available: no random search runs."))
+         *_finals(summary, metric, unit)]
     short = stopped_early(summary["per_run"], exp, strategies)
     b += [("h2", "Runs that ended before the budget"),
           ("ul", short) if short else ("p", "Every run used its budget (to within one full evaluation).")]
-    b += [("h2", "Significance against random search"),
-          ("p", "Mann-Whitney U test, two-sided, of each strategy's final incumbents (one per seed) "
-                f"against random search's. Effect: difference of medians, strategy minus random "
-                f"(negative: lower final {unit}). Verdicts use p < {ALPHA:g}.")]
-    if summary["tests"].empty:
-        b.append(("p", "Not computed: " + ("no random search runs." if not has_random else
-                                           "fewer than 2 seeds with a result.")))
-    else:
-        tt = summary["tests"]
-        b += [("table", pd.DataFrame({
-                  "strategy": tt["strategy"], "n": tt["n"], "n random": tt["n_random"],
-                  f"median final {unit}": [_g(v) for v in tt["median"]],
-                  "random's median": [_g(v) for v in tt["median_random"]],
-                  "difference of medians": [_g(v) for v in tt["delta_median"]],
-                  "p (Mann-Whitney U, two-sided)": [f"{v:.2g}" for v in tt["p"]]})),
-              ("ul", _verdicts(summary, unit))]
+    b += _significance(summary, unit)
     best = best_configs(runs, exp, strategies, summary["sign"])
     b += [("h2", "What was found"), ("p", "Best full-fidelity result of each strategy over all its seeds."),
           ("table", best.apply(lambda col: col.map(_g)) if len(best) else pd.DataFrame())]
