@@ -71,7 +71,7 @@ def test_smoke_run_spreads_over_both_nodes(cluster, tmp_path):
 
 def test_killed_driver_resumes_on_the_cluster(cluster, tmp_path):
     results, max_epochs = tmp_path / "results", 4
-    space = _space(tmp_path, STEADY.format(strategy="asha", epochs=max_epochs, rf=2))
+    space = _space(tmp_path, STEADY.format(strategy="asha", epochs=max_epochs, rf=2, gate=None))
     proc = subprocess.Popen([sys.executable, "-m", "tuning.run", "--address", cluster.address, "--space", str(space),
                              "--results-dir", str(results)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)

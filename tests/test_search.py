@@ -71,7 +71,9 @@ def test_recomputed_epochs_counts_restarts_from_scratch():
 def test_reporter_survives_unscheduled_trials_and_keeps_error_rows(tmp_path, capsys, ray_2cpus):
     from ray.train._internal.storage import StorageContext
     from ray.tune.experiment import Trial
+    from ray.tune.utils.log import set_verbosity
 
+    set_verbosity(1)  # as tune.run sets it for a run with progress: an earlier quiet run left it at 0
     storage = StorageContext(storage_path=str(tmp_path), experiment_dir_name="exp")
     pending = Trial("train_cifar", config={"lr": 1e-3, "batch_size": 64}, storage=storage, stub=True)
     failed = Trial("train_cifar", config={"lr": 1e-2, "batch_size": 128}, storage=storage, stub=True)

@@ -30,9 +30,15 @@ class TimeBudget:
         self.total_s, self.used_before, self._save = total_s, used_before, save
         self._started = time.monotonic()
         self._saved_at = 0.0
+        self._stopped_at: float | None = None
 
     def used(self) -> float:
-        return self.used_before + time.monotonic() - self._started
+        return self.used_before + (self._stopped_at or time.monotonic()) - self._started
+
+    def stop_clock(self) -> None:
+        """The run is done with the budget: Tune's shutdown after it (saving the experiment,
+        stopping actors; tens of seconds on a loaded machine) is not running time."""
+        self._stopped_at = self._stopped_at or time.monotonic()
 
     def spent(self) -> bool:
         return self.used() >= self.total_s
@@ -75,6 +81,7 @@ class StopWhenSpent(Callback):
         if any(t.status == Trial.RUNNING for t in trials):
             return
         self.stopped = True
+        self.budget.stop_clock()
         self.budget.save(force=True)
         log.info("time budget of %.0f s spent: stopping", self.budget.total_s)
         signal.raise_signal(signal.SIGINT)  # Tune's handler: save the experiment and return
