@@ -1,4 +1,4 @@
-"""CIFAR-10, random search with ASHA stopping: the seed's Ray Tune set-up."""
+"""CIFAR-10, random search with ASHA stopping: the default space of `make run`."""
 
 from search_spaces._cifar import DIVERGED, FIXED, PARAMS
 from tuning.spaces import Space
@@ -12,8 +12,8 @@ SPACE = Space(
     strategy="asha",  # Tune's random variant generator + ASHAScheduler
     num_samples=24,  # ASHA is cheap per sample: most trials stop after 1-2 epochs
     max_epochs=16,  # rungs at 1, 2, 4, 8 and 16 epochs with reduction factor 2
-    grace_period=1,  # the seed's value: judge a trial after its first epoch
-    reduction_factor=2,  # the seed's value: keep the better half at each rung
+    grace_period=1,  # judge a trial after its first epoch, the earliest ASHA can
+    reduction_factor=2,  # keep the better half at each rung (cifar_bohb keeps a third)
     cpus_per_trial=1,  # on a CPU box, one trial per core beats two threads per trial
     gpus_per_trial="auto",  # one GPU per trial where the cluster has GPUs, else CPU
 )

@@ -6,9 +6,11 @@ checkpoint), and owns the ranks' lifetime. Whatever ends the supervisor's call (
 a rank failing, Tune stopping or pausing the trial by raising out of ``on_epoch``), every rank is
 gone before the call returns. No Ray here: the trial adapter in tuning.backend calls this.
 
-Why spawn from the trial, not Ray Train: measured on this project's 2-core machine, starting 2
-gloo ranks this way costs a few seconds per trial, Ray Train's TorchTrainer inside a Tune trial
-about 25 s (see README). Ray Train stays the route for ranks across nodes.
+Why spawn from the trial, not Ray Train: starting 2 gloo ranks this way costs 3.5 s per trial on
+this project's 2-core machine (tuning.bench, ddp section: rank_start_cost_per_trial in
+docs/bench/bench.csv), while Ray Train's TorchTrainer inside a Tune trial starts its own worker
+actors and placement group for every trial (its cost is not measured here; docs/ddp.md). Ray
+Train stays the route for ranks across nodes.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """``python -m tuning.doctor``: one screen that answers "why won't my tuning run work?".
 
 Software versions and the combinations known to break, the GPUs (through NVIDIA's NVML, and
-GPUtil's view as in the seed's troubleshooting notes where GPUtil still imports), the Ray
+GPUtil's view where GPUtil still imports), the Ray
 cluster's resources (local, or the one at --address), the data, free disk at the results dir,
 and a live one-trial, one-epoch run of the real trainable on tiny data. Every line says OK, WARN
 or FAIL; a FAIL names the fix. Exit 0 when nothing failed, 1 when something did, 2 for bad flags.
@@ -119,7 +119,7 @@ def gpu_lines(cuda_devices: int) -> list[dict]:
 
 
 def gputil_line(nvml_ok: bool) -> dict:
-    """GPUtil's view (the seed's troubleshooting tool), or why there is none. GPUtil 1.4.0, its
+    """GPUtil's view (a common tool for watching GPUs), or why there is none. GPUtil 1.4.0, its
     last release (2018), imports distutils, which Python 3.12 removed: there it fails to import
     at all, and nvidia-smi on PATH would not help."""
     try:

@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "instead of starting a local Ray; see README, Running on a Ray cluster")
     p.add_argument("--storage-path", metavar="DIR|URI", type=cli.storage_path,
                    help="where Tune keeps the experiment and trial checkpoints: a folder every node reaches "
-                        "(NFS) or a URI pyarrow opens (s3://bucket/path); default: the results dir. "
+                        "(NFS) or a URI pyarrow opens (s3://bucket/path); default: RESULTS_DIR/tune. "
                         "Needed on a cluster of several machines")
     p.add_argument("--max-failures", type=int, default=2,
                    help="retry a trial whose training raises up to this many times, from its last "
