@@ -19,6 +19,7 @@ GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50"
          "rss_growth_epoch2_to_last_mb": "no growth", "bohb_recomputed_epochs": "0"}
 
 
+@pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(240)
 def test_quick_bench_produces_every_figure(tmp_path):
     out = tmp_path / "bench"

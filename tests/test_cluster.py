@@ -69,6 +69,7 @@ def test_smoke_run_spreads_over_both_nodes(cluster, tmp_path):
     assert json.loads((results / "best_config.json").read_text())["test_accuracy"] is not None  # read back from storage
 
 
+@pytest.mark.slow  # minutes: make test-all
 def test_killed_driver_resumes_on_the_cluster(cluster, tmp_path):
     results, max_epochs = tmp_path / "results", 4
     space = _space(tmp_path, STEADY.format(strategy="asha", epochs=max_epochs, rf=2, gate=None))
@@ -90,6 +91,7 @@ def test_killed_driver_resumes_on_the_cluster(cluster, tmp_path):
     assert trials["node_id"].nunique() == 2
 
 
+@pytest.mark.slow  # minutes: make test-all
 def test_doctor_on_the_cluster(cluster):
     done = _cli("tuning.doctor", "--address", cluster.address)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -97,6 +99,7 @@ def test_doctor_on_the_cluster(cluster):
     assert "OK    live trial" in done.stdout
 
 
+@pytest.mark.slow  # minutes: make test-all
 def test_job_submit_runs_the_smoke_experiment(cluster, tmp_path):
     # The README's workflow: the job's driver runs on the head and joins the cluster by --address auto.
     ray_cli = Path(sys.executable).with_name("ray")
@@ -111,6 +114,7 @@ def test_job_submit_runs_the_smoke_experiment(cluster, tmp_path):
 
 
 
+@pytest.mark.slow  # minutes: make test-all
 def test_token_auth_the_right_token_joins_a_wrong_one_is_one_clear_line(tmp_path):
     # A head as `ray start --head` starts one on a real machine (not cluster_utils): with a token
     # in its HOME, Ray 2.60 turns token authentication on. Its own HOME and temp dir keep this

@@ -118,6 +118,7 @@ def test_rerun_skips_finished_runs(smoke):
     assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")} == stamps
 
 
+@pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(600)
 def test_grid_that_runs_out_of_points_stops_early_and_the_report_says_so(tmp_path):
     (tmp_path / "grid_only.py").write_text(
@@ -131,6 +132,7 @@ def test_grid_that_runs_out_of_points_stops_early_and_the_report_says_so(tmp_pat
     assert "grid exhausted after 64 of 70 full evaluations" in (tmp_path / "out" / "report.md").read_text()
 
 
+@pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(600)
 def test_sigterm_stops_a_comparison_as_ctrl_c_does_and_finished_runs_are_kept(tmp_path):
     (tmp_path / "two.py").write_text(
@@ -181,6 +183,7 @@ def test_experiment_naming_an_unknown_strategy_or_benchmark(tmp_path, body, need
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
 
 
+@pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(600)
 def test_a_warm_started_strategy_runs_from_its_source_run_and_is_judged_against_the_reference(tmp_path):
     out = tmp_path / "warm"

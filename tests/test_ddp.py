@@ -166,6 +166,7 @@ def _rank_processes(root: psutil.Process) -> set[int]:
     return found
 
 
+@pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(900)
 def test_smoke_run_with_two_ranks_per_trial_leaves_nothing_behind(tmp_path):
     import subprocess

@@ -111,6 +111,7 @@ def test_unknown_precision_is_one_line_and_exit_2(capsys, tmp_path):
     _fails(capsys, ["--space", "counting_ones", "--precision", "bf16"], "--precision is for the cifar trainer")
 
 
+@pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(400)
 def test_the_precision_flag_overrides_the_space_and_reaches_the_trials(tmp_path):
     space = _space_file(tmp_path, {"width": 4, "batch_size": 128, "precision": "fp32"})  # narrow: bf16 is slow here

@@ -150,6 +150,7 @@ def _busy_space(path, epochs=3, seconds=1.0):
     return str(path)
 
 
+@pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(400)
 def test_time_budget_counts_running_time_only_across_an_interruption(tmp_path):
     space, out = _busy_space(tmp_path / "busy.py"), tmp_path / "run"
@@ -188,6 +189,7 @@ def test_time_budget_counts_running_time_only_across_an_interruption(tmp_path):
     assert math.isfinite(plan["cpu_hours"]) and "CPU-hours" in resumed.stdout
 
 
+@pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(300)
 def test_extending_a_grid_continues_its_order_and_never_repeats_a_point(tmp_path):
     space, out = _busy_space(tmp_path / "busy.py", epochs=1, seconds=0.2), tmp_path / "grid"

@@ -135,7 +135,7 @@ STEADY = ("SPACE = Space(params={{'lr': Uniform(0.0, 1.0)}}, trainer='faulty:ste
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("strategy", ["asha", "bohb"])
+@pytest.mark.parametrize("strategy", ["asha", pytest.param("bohb", marks=pytest.mark.slow)])
 def test_sigkill_mid_run_then_resume(tmp_path, strategy):
     # A trainer whose epochs take 0.4 s, through the same trainable, checkpoints and resume path
     # as the CIFAR trainer: it leaves time to catch trials finished and mid-way.
@@ -162,7 +162,8 @@ def test_sigkill_mid_run_then_resume(tmp_path, strategy):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGINT, marks=pytest.mark.slow), signal.SIGTERM],
+                         ids=["SIGINT", "SIGTERM"])
 def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig):
     # SIGTERM is how timeout, kill, Kubernetes, Slurm and `ray job stop` stop a process: it must
     # stop the run as Ctrl-C does, not crash it.
@@ -307,6 +308,7 @@ def test_cuda_out_of_memory_names_the_config(misbehaving):
     assert "CUDA out of memory with config {'mode': 'oom'}" in trials.loc["oom", "error"]
 
 
+@pytest.mark.slow  # minutes: make test-all
 def test_when_every_trial_fails_the_exit_code_says_so(tmp_path):
     space = _space(tmp_path, "SPACE = Space(params={'lr': Choice([0.8, 0.9])}, trainer='faulty:broken_when_large',"
                              " max_epochs=2, strategy='grid', gpus_per_trial=0)\n")
@@ -353,6 +355,7 @@ def test_tables_are_written_atomically(tmp_path, monkeypatch):
     assert (tmp_path / "trials.csv").read_text() == before
 
 
+@pytest.mark.slow  # minutes: make test-all
 def test_a_planted_leak_is_flagged(tmp_path):
     space = _space(tmp_path, "SPACE = Space(params={'lr': Choice([0.1])}, trainer='faulty:leaky', strategy='grid',"
                              " max_epochs=7, gpus_per_trial=0)\n")

@@ -28,6 +28,7 @@ def bohb(tmp_path_factory):
     return _run(tmp_path_factory, "bohb", "--space", "cifar_bohb", "--tune-logs")
 
 
+@pytest.mark.slow  # minutes: make test-all
 def test_bohb_pauses_and_resumes_trials_from_their_checkpoints(bohb):
     proc, results = bohb
     _reporter_table_shown(proc.stdout)
@@ -45,6 +46,7 @@ def test_bohb_pauses_and_resumes_trials_from_their_checkpoints(bohb):
     assert "0 epochs recomputed" in proc.stdout
 
 
+@pytest.mark.slow  # minutes: make test-all
 def test_bohb_configs_are_plain_everywhere(bohb):
     proc, results = bohb
     assert "np.int64" not in proc.stdout and "np.str_" not in proc.stdout
@@ -53,6 +55,7 @@ def test_bohb_configs_are_plain_everywhere(bohb):
     assert pd.read_csv(results / "trials.csv")["batch_size"].isin([64, 128, 256, 512]).all()
 
 
+@pytest.mark.slow  # minutes: make test-all
 def test_tune_logs_flag_writes_each_trials_tensorboard_and_progress_files(bohb):
     # This run was given --tune-logs: Tune's own per-trial logs, across BOHB's pauses and resumes.
     _, results = bohb

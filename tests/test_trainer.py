@@ -48,6 +48,7 @@ def test_a_well_tuned_run_beats_a_badly_tuned_one(easy_splits):
     assert good["loss"] < bad["loss"]
 
 
+@pytest.mark.slow  # minutes: make test-all
 def test_checkpoint_restore_continues_where_it_stopped(splits, tmp_path):
     train, val = splits
     kw = dict(lr=2e-3, batch_size=256, train=train, val=val, seed=7)
