@@ -25,18 +25,6 @@ from tuning.data import DataSource
 
 log = logging.getLogger(__name__)
 
-# tune.run's default output engine ignores a passed CLIReporter (Ray 2.60); the old one prints it.
-os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-# num_to_keep forces an experiment snapshot after checkpoints; its "may become a bottleneck"
-# warning fires every few epochs of a fast trial and buries the table. The snapshot is tiny.
-os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-# Tune's per-trial loggers (result.json, progress.csv, TensorBoard) stay off: they live in a
-# staging folder that every experiment snapshot copies to storage whole, so with a snapshot per
-# step that copy never stopped, and 100 trials of 0.5 s took 1.7-3.2x their ideal time
-# (tuning.bench, overhead). The rows go to one results.jsonl instead, written as they arrive;
-# RunSpec.tune_logs (tuning.run --tune-logs) brings the loggers back, at that cost.
-os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-
 REPORTED = ["loss", "accuracy", "training_iteration"]
 ROWS_FILE = results.ROWS_FILE  # in the results dir: what the tables are built from
 EXPERIMENT_NAME = "tune"  # Ray's experiment folder inside the results dir
@@ -203,10 +191,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
             fixed=dict(space.fixed), seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
             metric=space.metric, diverged_value=space.diverged_value, workers=spec.workers_per_trial,
             max_train=spec.max_train, max_val=spec.max_val)
-    if spec.snapshot_every_step:
-        os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = "0"
-    else:
-        os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
+    _set_tune_switches(spec.snapshot_every_step)
     # Ctrl-C: tune.run catches the first SIGINT, saves the experiment and returns; its handler
     # puts back the one it found, which is how we can tell afterwards that the run was cut short.
     before = signal.getsignal(signal.SIGINT)
@@ -247,6 +232,26 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
     rows = results.read_rows(spec.rows_file)
     return [_record(t, rows.get(t.trial_id, [])) for t in analysis.trials], interrupted
+
+
+def _set_tune_switches(snapshot_every_step: bool) -> None:
+    """Tune's switches, read from the environment by tune.run on the driver: set just before it.
+    Not at import, so importing the package changes nothing for whoever imports it."""
+    # tune.run's default output engine ignores a passed CLIReporter (Ray 2.60); the old one prints it.
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    # num_to_keep forces an experiment snapshot after checkpoints; its "may become a bottleneck"
+    # warning fires every few epochs of a fast trial and buries the table. The snapshot is tiny.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # Tune's per-trial loggers (result.json, progress.csv, TensorBoard) stay off: they live in a
+    # staging folder that every experiment snapshot copies to storage whole, so with a snapshot per
+    # step that copy never stopped, and 100 trials of 0.5 s took 1.7-3.2x their ideal time
+    # (tuning.bench, overhead). The rows go to one results.jsonl instead, written as they arrive;
+    # RunSpec.tune_logs (tuning.run --tune-logs) brings the loggers back, at that cost.
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    if snapshot_every_step:
+        os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = "0"
+    else:
+        os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
 
 
 def _num_samples(spec: RunSpec) -> int:
