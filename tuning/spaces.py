@@ -1,9 +1,10 @@
 """Search-space declarations, and their compilation to what each search strategy consumes.
 
-A parameter declares its distribution once. The same declaration compiles to Tune distributions
-(random search, ASHA), to ``tune.grid_search`` lists (grid) and to a ConfigSpace space (BOHB), so
-the strategies being compared cannot drift apart. Spaces themselves are modules under
-``search_spaces/`` that define ``SPACE``.
+A parameter declares its distribution once. The same declaration gives grid points (grid search,
+walked lazily by tuning.backend), a ConfigSpace space (BOHB), and, in tuning.backend.strategies,
+Tune distributions (random search, ASHA), so the strategies being compared cannot drift apart.
+This module is plain data: no Ray. Spaces themselves are modules under ``search_spaces/`` that
+define ``SPACE``.
 """
 
 from __future__ import annotations
@@ -217,22 +218,6 @@ def _duplicate_keys(folder: Path, name: str, filename: str) -> None:
 
 
 # ---------------------------------------------------------------- compilation
-
-def to_tune(space: Space) -> dict:
-    """Tune's sampling distributions, for random search and ASHA."""
-    from ray import tune
-
-    def one(p: Param):
-        if isinstance(p, LogUniform):
-            return tune.loguniform(p.low, p.high)
-        if isinstance(p, Uniform):
-            return tune.uniform(p.low, p.high)
-        if isinstance(p, IntUniform):
-            return tune.randint(p.low, p.high + 1)  # Tune's upper bound is exclusive
-        return tune.choice(list(p.values))
-
-    return {k: one(p) for k, p in space.params.items()}
-
 
 def contains(p: Param, value) -> bool:
     """Whether `value` is one the declaration can produce (earlier runs' configurations are checked
