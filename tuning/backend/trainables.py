@@ -173,38 +173,3 @@ def oom_message(params: dict, error: str, gpu_share: float) -> str:
     else:
         fix = "lower batch_size or give trials more GPU memory"
     return f"CUDA out of memory with config {params}: {fix} ({first})"
-
-
-def benchmark_trainable():
-    """A synthetic benchmark as a class Trainable: an evaluation is a pure function of
-    (config, t, seed), so the only state is the iteration, which Tune itself checkpoints and
-    restores; Tune saves only when HyperBand pauses the trial, not after every result."""
-    from ray import tune
-
-    from tuning.benchmarks import BENCHMARKS
-
-    class SyntheticBenchmark(tune.Trainable):
-        def setup(self, config, *, benchmark: str, max_t: int, seed: int):
-            import ray
-
-            self.fn, self.max_t, self.seed = BENCHMARKS[benchmark].fn, max_t, seed
-            self.node_id = ray.get_runtime_context().get_node_id()
-            self.reset_config(config)
-
-        def reset_config(self, new_config):
-            self.params = {k: spaces.plain(v) for k, v in new_config.items()}
-            self.restored_from = 0
-            return True
-
-        def step(self):
-            t = self.iteration + 1
-            return {"loss": self.fn(self.params, t, self.max_t, self.seed), "epoch": t,
-                    "restored_from": self.restored_from, "node_id": self.node_id}
-
-        def save_checkpoint(self, checkpoint_dir: str):
-            return {"epoch": self.iteration}
-
-        def load_checkpoint(self, checkpoint):
-            self.restored_from = self.iteration  # Tune has restored the iteration already
-
-    return SyntheticBenchmark
