@@ -93,9 +93,8 @@ def _run_rows(rows: list[dict], *, benchmark: str, strategy: str, seed: int, max
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)  # a run's file appears whole or not at all: it marks the run finished
+    # A run's file appears whole or not at all: it marks the run finished.
+    results.write_atomic(path, lambda p: df.to_csv(p, index=False))
 
 
 def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None, budget: float | None,

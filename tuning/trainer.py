@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
+from tuning import atomic
 from tuning.data import Split
 
 log = logging.getLogger(__name__)
@@ -223,9 +224,7 @@ LEAK_ADVICE = ("a tensor kept alive across steps is the usual cause: log losses 
 def write_checkpoint(state: dict, directory: str | os.PathLike) -> Path:
     """Atomically: a reader never sees a half-written file under the final name."""
     path = Path(directory) / CHECKPOINT_FILE
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    atomic.write_atomically(path, lambda p: torch.save(state, p))
     return path
 
 
