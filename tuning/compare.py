@@ -111,12 +111,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     jobs = [(s, seed) for seed in seed_list for s in exp.strategies]
     todo = [(s, seed) for s, seed in jobs if not (out / "runs" / f"{s}-s{seed}.csv").exists()]
 
-    source = None
-    if space.trainer == "cifar":
-        source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0,
-                              synthetic_train=5000 if smoke else 50_000, synthetic_test=1000 if smoke else 10_000)
-        log.warning("DATA: %s (%s)", "SYNTHETIC CIFAR-10-shaped images" if source.kind == "synthetic"
-                    else "real CIFAR-10", source.root)
+    source = _source(space, smoke)
     if todo:
         from tuning import backend  # Ray only when there is something to run
 
@@ -147,22 +142,41 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     runs = runs[runs["consumed_budget"] <= budget + 1e-9].reset_index(drop=True)
     _write_csv(runs, out / "runs.csv")
     runs.to_parquet(out / "runs.parquet", index=False)
+    _write_records(out, name, exp, space, source, smoke=smoke, budget=budget, max_t=max_t, seeds=seed_list,
+                   argv=argv)
+    return report.write_report(out)["html"]
+
+
+def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
+    """The CIFAR data a comparison trains on (None for a synthetic benchmark)."""
+    if space.trainer != "cifar":
+        return None
+    source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0,
+                          synthetic_train=5000 if smoke else 50_000, synthetic_test=1000 if smoke else 10_000)
+    log.warning("DATA: %s (%s)", "SYNTHETIC CIFAR-10-shaped images" if source.kind == "synthetic"
+                else "real CIFAR-10", source.root)
+    return source
+
+
+def _write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, source, *, smoke: bool,
+                   budget: float, max_t: int, seeds: list[int], argv: list[str]) -> None:
+    """experiment.json (what was compared, as the report reads it) and provenance.json (how)."""
     from tuning.benchmarks import BENCHMARKS
 
     bench = BENCHMARKS.get(space.trainer)
     results.write_json(out / "experiment.json", {
         "name": name, "benchmark": space.trainer if bench else name, "metric": space.metric, "mode": space.mode,
-        "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seed_list,
-        "params": params, "optimum": bench.optimum if bench else None, "regret": bench.regret if bench else None,
-        "dims": bench.dims if bench else None, "description": exp.description, "space": exp.space,
-        "smoke": smoke, "reference": exp.reference, "warm_from": exp.warm_from})
+        "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seeds,
+        "params": list(space.params), "optimum": bench.optimum if bench else None,
+        "regret": bench.regret if bench else None, "dims": bench.dims if bench else None,
+        "description": exp.description, "space": exp.space, "smoke": smoke, "reference": exp.reference,
+        "warm_from": exp.warm_from})
     results.write_json(out / "provenance.json", {
         "command": "python -m tuning.compare " + " ".join(argv),
         "data": {"kind": source.kind if source else f"benchmark:{space.trainer}",
                  "root": source.root if source else None},
-        "machine": results.machine(), "seeds": seed_list, "git_commit": results.git_commit(),
+        "machine": results.machine(), "seeds": seeds, "git_commit": results.git_commit(),
         "versions": results.versions()})
-    return report.write_report(out)["html"]
 
 
 def _warm(exp: Experiment, strategy: str, seed: int, out: Path, over: dict, setting: dict) -> dict:

@@ -29,11 +29,8 @@ SMOKE = {"num_samples": 8, "max_epochs": 2, "grid_repeats": 1, "synthetic_train"
 SMOKE_HYPERBAND = {**SMOKE, "num_samples": 9, "max_epochs": 3}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = cli.Parser(prog="python -m tuning.run", description=__doc__.split("\n\n")[0],
-                epilog="Flags override what the space file declares.")
-    p.add_argument("--space", help="search space: a module under search_spaces/ (e.g. cifar_asha); required "
-                                   "unless --resume")
+def _add_growth_flags(p: argparse.ArgumentParser) -> None:
+    """Flags that continue or grow a search: --resume, --add-samples, --warm-start, --time-budget."""
     p.add_argument("--resume", metavar="DIR",
                    help="continue the unfinished experiment in this results dir (after a crash or Ctrl-C), "
                         "with the settings it was started with; with --add-samples, a finished one too")
@@ -50,6 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop once the run has run this long (90s, 30m, 2h; downtime between a stop and "
                         "--resume does not count): no trial starts after it, running trials pause at their "
                         "next epoch with their checkpoints; on --resume, the new total budget")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = cli.Parser(prog="python -m tuning.run", description=__doc__.split("\n\n")[0],
+                epilog="Flags override what the space file declares.")
+    p.add_argument("--space", help="search space: a module under search_spaces/ (e.g. cifar_asha); required "
+                                   "unless --resume")
+    _add_growth_flags(p)
     p.add_argument("--strategy", choices=spaces.STRATEGIES,
                    help="search strategy, overriding the space's: grid (grid search, FIFO), random "
                         "(random search, FIFO), asha (random search + ASHA), hyperband (random search + "

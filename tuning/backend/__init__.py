@@ -124,15 +124,6 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     config, search_alg, scheduler = strategies.build(spec, budget)
     if spec.resume and hasattr(scheduler, "rebuild"):  # Tune saves no scheduler state: ASHA's rungs
         log.info("ASHA's rungs rebuilt from %d earlier results", scheduler.rebuild(results.read_rows(spec.rows_file)))
-    if space.trainer in BENCHMARKS:
-        trainable = tune.with_parameters(parts.SyntheticBenchmark, benchmark=space.trainer,
-                                         max_t=spec.max_epochs, seed=spec.seed)
-    else:
-        trainable = tune.with_parameters(
-            train_function, trainer_name=space.trainer, source=spec.source, max_epochs=spec.max_epochs,
-            fixed=dict(space.fixed), seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
-            metric=space.metric, diverged_value=space.diverged_value, workers=spec.workers_per_trial,
-            max_train=spec.max_train, max_val=spec.max_val)
     _set_tune_switches(spec.snapshot_every_step)
     # Ctrl-C: tune.run catches the first SIGINT, saves the experiment and returns; its handler
     # puts back the one it found, which is how we can tell afterwards that the run was cut short.
@@ -143,7 +134,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     progress = [parts.Progress(spec.rows_file, spec.progress_every_s, spec.on_progress)] if spec.on_progress else []
     row_log = parts.RowLog(spec.rows_file)
     analysis = parts.raising_write_errors(tune.run, row_log)(
-        trainable,
+        _trainable(spec, parts),
         name=name,
         storage_path=storage,
         config=config,
@@ -174,6 +165,21 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
     rows = results.read_rows(spec.rows_file)
     return [parts.trial_record(t, rows.get(t.trial_id, [])) for t in analysis.trials], interrupted
+
+
+def _trainable(spec: RunSpec, parts):
+    """What each trial runs: a synthetic benchmark's class Trainable, or the trainer adapter."""
+    from ray import tune
+
+    space = spec.space
+    if space.trainer in BENCHMARKS:
+        return tune.with_parameters(parts.SyntheticBenchmark, benchmark=space.trainer,
+                                    max_t=spec.max_epochs, seed=spec.seed)
+    return tune.with_parameters(
+        train_function, trainer_name=space.trainer, source=spec.source, max_epochs=spec.max_epochs,
+        fixed=dict(space.fixed), seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
+        metric=space.metric, diverged_value=space.diverged_value, workers=spec.workers_per_trial,
+        max_train=spec.max_train, max_val=spec.max_val)
 
 
 def _set_tune_switches(snapshot_every_step: bool) -> None:

@@ -101,11 +101,32 @@ def train_function(config: dict, *, trainer_name: str, source: DataSource | None
     import torch
     from ray import tune
 
-    from tuning import distributed, trainer
-
     params = {k: spaces.plain(v) for k, v in config.items()}
     state = restore(tune.get_checkpoint())
-    restored_epoch = int(state["epoch"]) if state else 0
+    report = _epoch_reporter(params, metric, diverged_value, restored_epoch=int(state["epoch"]) if state else 0)
+    kwargs = dict(**params, **fixed, epochs=max_epochs, seed=seed, state=state)
+    try:
+        if trainer_name != "cifar":
+            torch.set_num_threads(threads)
+            _user_trainer(trainer_name)(**kwargs, on_epoch=report)
+            return
+        _train_cifar(kwargs, source=source, max_train=max_train, max_val=max_val, threads=threads,
+                     workers=workers, on_epoch=report)
+    except _Diverged:
+        return
+    except torch.cuda.OutOfMemoryError as exc:
+        torch.cuda.empty_cache()  # give the memory back before the next trial in this process
+        share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)
+        raise RuntimeError(oom_message(params, str(exc), share)) from None
+
+
+def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restored_epoch: int):
+    """The trainer's on_epoch: each epoch's metrics to Tune with a checkpoint, or, for a diverged
+    epoch, a finite worst case and the end of the trial (_Diverged)."""
+    import ray
+    from ray import tune
+
+    from tuning import trainer
 
     rss: list[float] = []
     # Tune's node_ip cannot tell apart nodes sharing a machine (or an IP behind NAT); the id can.
@@ -132,32 +153,31 @@ def train_function(config: dict, *, trainer_name: str, source: DataSource | None
             _remember(state, d)
             tune.report({**metrics, "diverged": False}, checkpoint=tune.Checkpoint.from_directory(d))
 
-    kwargs = dict(**params, **fixed, epochs=max_epochs, seed=seed, state=state)
-    try:
-        if trainer_name != "cifar":
-            torch.set_num_threads(threads)
-            _user_trainer(trainer_name)(**kwargs, on_epoch=report)
-            return
-        from tuning.data import load_train_val
+    return report
 
-        train, val = load_train_val(source, max_train, max_val)  # cached across trials in this process
-        kwargs.update(train=train, val=val)
-        gpus = ray.get_gpu_ids() if torch.cuda.is_available() else []
-        if len(gpus) > 1:
-            distributed.run(trainer.train_cifar, kwargs, world_size=len(gpus), backend="nccl",
-                            device_type="cuda", threads=max(1, threads // len(gpus)), on_epoch=report)
-        elif workers > 1:
-            distributed.run(trainer.train_cifar, kwargs, world_size=workers, backend="gloo",
-                            device_type="cpu", threads=max(1, threads // workers), on_epoch=report)
-        else:
-            torch.set_num_threads(threads)
-            trainer.train_cifar(**kwargs, device="cuda" if gpus else "cpu", on_epoch=report)
-    except _Diverged:
-        return
-    except torch.cuda.OutOfMemoryError as exc:
-        torch.cuda.empty_cache()  # the seed's advice: give the memory back before the next trial
-        share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)
-        raise RuntimeError(oom_message(params, str(exc), share)) from None
+
+def _train_cifar(kwargs: dict, *, source: DataSource, max_train: int | None, max_val: int | None,
+                 threads: int, workers: int, on_epoch) -> None:
+    """train_cifar on the trial's resources: one nccl rank per GPU, `workers` gloo ranks sharing
+    the CPUs, or this process alone."""
+    import ray
+    import torch
+
+    from tuning import distributed, trainer
+    from tuning.data import load_train_val
+
+    train, val = load_train_val(source, max_train, max_val)  # cached across trials in this process
+    kwargs = {**kwargs, "train": train, "val": val}
+    gpus = ray.get_gpu_ids() if torch.cuda.is_available() else []
+    if len(gpus) > 1:
+        distributed.run(trainer.train_cifar, kwargs, world_size=len(gpus), backend="nccl",
+                        device_type="cuda", threads=max(1, threads // len(gpus)), on_epoch=on_epoch)
+    elif workers > 1:
+        distributed.run(trainer.train_cifar, kwargs, world_size=workers, backend="gloo",
+                        device_type="cpu", threads=max(1, threads // workers), on_epoch=on_epoch)
+    else:
+        torch.set_num_threads(threads)
+        trainer.train_cifar(**kwargs, device="cuda" if gpus else "cpu", on_epoch=on_epoch)
 
 
 def oom_message(params: dict, error: str, gpu_share: float) -> str:
