@@ -30,7 +30,6 @@ import torch.nn.functional as F
 
 from tuning import cli, data, distributed, results, trainer
 
-SECTIONS = ("overhead", "trial", "throughput", "data", "memory", "scheduler", "ddp")
 GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50",
          "throughput_ratio_bs128": ">= 0.95", "throughput_ratio_bs512": ">= 0.95",
          "rss_growth_epoch2_to_last_mb": "no growth", "bohb_recomputed_epochs": "0"}
@@ -360,6 +359,11 @@ def bench_ddp(quick: bool) -> list[dict]:
 
 # ---------------------------------------------------------------- the CLI
 
+# Each section's bench, in the order they run and are printed (--only picks among them).
+SECTIONS = {"overhead": bench_overhead, "trial": bench_trial, "throughput": bench_throughput, "data": bench_data,
+            "memory": bench_memory, "scheduler": bench_scheduler, "ddp": bench_ddp}
+
+
 def _row(section: str, metric: str, value: float, unit: str, detail: str) -> dict:
     return {"section": section, "metric": metric, "value": round(float(value), 4), "unit": unit,
             "goal": GOALS.get(metric, ""), "detail": detail}
@@ -379,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for section in args.only or SECTIONS:
-        rows += globals()[f"bench_{section}"](args.quick)
+        rows += SECTIONS[section](args.quick)
     with open(out / "bench.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()

@@ -356,18 +356,18 @@ def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, *, resu
     return 0 if outcome.succeeded else 1  # non-zero only when no trial succeeded
 
 
-def _metric_name(info: dict) -> str:
-    return "loss" if info["data"]["kind"] in ("cifar10", "synthetic") else "objective"
+def _metric_name(plan: dict) -> str:
+    return "loss" if plan["data"]["kind"] in ("cifar10", "synthetic") else "objective"
 
 
-def _print_summary(best, info: dict, source, results_dir: Path, params: list[str]) -> None:
-    print(f"\n{info['trials']} trials: {info['stopped_early']} stopped early by the scheduler, "
-          f"{info['failed']} failed, {info['resumed_trials']} paused and resumed from a checkpoint, "
-          f"{info['recomputed_epochs']} epochs recomputed")
-    print(f"  device time: {info['cpu_hours']:.3g} CPU-hours, {info['gpu_hours']:.3g} GPU-hours "
+def _print_summary(best, plan: dict, source, results_dir: Path, params: list[str]) -> None:
+    print(f"\n{plan['trials']} trials: {plan['stopped_early']} stopped early by the scheduler, "
+          f"{plan['failed']} failed, {plan['resumed_trials']} paused and resumed from a checkpoint, "
+          f"{plan['recomputed_epochs']} epochs recomputed")
+    print(f"  device time: {plan['cpu_hours']:.3g} CPU-hours, {plan['gpu_hours']:.3g} GPU-hours "
           "(each trial's resources times its running time)")
-    if info.get("memory_growing"):
-        print(f"  {info['memory_growing']} trial(s) grew in memory epoch after epoch: see memory_growing and "
+    if plan.get("memory_growing"):
+        print(f"  {plan['memory_growing']} trial(s) grew in memory epoch after epoch: see memory_growing and "
               "peak_rss_mb in trials.csv; a tensor kept alive across steps is the usual cause")
     if best is None:
         print("No trial reported a result.")
@@ -375,7 +375,7 @@ def _print_summary(best, info: dict, source, results_dir: Path, params: list[str
         cfg = ", ".join(f"{p}={best[p]:.4g}" if isinstance(best[p], float) else f"{p}={best[p]}" for p in params)
         print(f"Best trial {best['trial_id']}: {cfg}")
         acc = f", accuracy {best['accuracy']:.4f}" if best.get("accuracy") is not None else ""
-        print(f"  validation {_metric_name(info)} {best['loss']:.4f}{acc} after {best['epochs']} epochs")
+        print(f"  validation {_metric_name(plan)} {best['loss']:.4f}{acc} after {best['epochs']} epochs")
         if best.get("test_accuracy") is not None:
             print(f"  test loss {best['test_loss']:.4f}, accuracy {best['test_accuracy']:.4f} "
                   f"on {best['test_images']} test images")

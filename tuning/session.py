@@ -179,5 +179,5 @@ def _test_best(best: dict, records: list[dict], space: spaces.Space, source: dat
     else:
         state = trainer.read_checkpoint(ckpt)
     test = data.load_test(source, max_test)
-    m = trainer.test_accuracy(state, test, width=space.fixed.get("width", 16))
+    m = trainer.evaluate_test(state, test, width=space.fixed.get("width", 16))
     return {"test_loss": m["loss"], "test_accuracy": m["accuracy"], "test_images": len(test)}

@@ -345,7 +345,7 @@ def _train_epoch(net: nn.Module, opt: torch.optim.Optimizer, train: Split, order
     return _all_sum([loss_sum, seen], world_size, device)
 
 
-def test_accuracy(state: dict, test: Split, *, width: int = 16, device: str = "cpu",
+def evaluate_test(state: dict, test: Split, *, width: int = 16, device: str = "cpu",
                   precision: str = "auto") -> dict[str, float]:
     """Evaluate a checkpointed model on the held-out test images."""
     model = make_model(width).to(device, memory_format=torch.channels_last)
