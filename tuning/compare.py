@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tuning import cli, data, growth, report, results, spaces
-from tuning.backend import ClusterError
+from tuning import backend, cli, data, growth, report, results, spaces
 from tuning.cli import UsageError
 
 log = logging.getLogger("tuning.compare")
@@ -34,7 +33,6 @@ class Experiment:
     seeds: tuple = tuple(range(10))
     strategies: tuple = spaces.STRATEGIES
     max_epochs: int | None = None  # the space's unless set
-    cpus_per_trial: float | None = None
     smoke: dict = field(default_factory=dict)  # overrides under --smoke: budget, seeds, max_epochs, warm_budget
     description: str = ""
     # A strategy named "<strategy>+warm" runs warm-started (tuning.run --warm-start) from an earlier
@@ -112,9 +110,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     todo = [(s, seed) for s, seed in jobs if not (out / "runs" / f"{s}-s{seed}.csv").exists()]
 
     source = _source(space, smoke)
-    if todo:
-        from tuning import backend  # Ray only when there is something to run
-
+    if todo:  # Ray only when there is something to run
         backend.start_ray(address=address)
     # On shared storage each comparison gets its own folder, its runs one each inside it.
     storage = f"{storage_path.rstrip('/')}/{out.name}" if storage_path else None
@@ -206,8 +202,6 @@ def _warm(exp: Experiment, strategy: str, seed: int, out: Path, over: dict, sett
 def _one_run(*, space, strategy, seed, max_t, budget, source, run_dir: Path, smoke: bool,
              storage_path: str | None = None, warm_rows: list | None = None,
              warm_points: list | None = None) -> list[dict]:
-    from tuning import backend
-
     rec = backend.recorder()
     grid = strategy == "grid"
     spec = backend.RunSpec(
@@ -251,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
             html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,
                        address=args.address, storage_path=args.storage_path)
-        except (UsageError, spaces.SpaceError, data.DataError, report.ReportError, ClusterError) as exc:
+        except (UsageError, spaces.SpaceError, data.DataError, report.ReportError, backend.ClusterError) as exc:
             print(f"tuning.compare: error: {exc}", file=sys.stderr)
             return 2
         except results.WriteError as exc:  # a full disk: not bad input

@@ -56,10 +56,12 @@ def execute(space: spaces.Space, plan: dict, source: data.DataSource | None, res
 
     space = with_precision(space, plan)
     started = time.time()
-    _record_start(space, plan, source, results_dir, started, resume)
+    _record_start(space, plan, source, results_dir, started, resume, params=runreport.declarations(space))
     if on_start is not None:
         on_start()
-    records, interrupted = backend.run(_run_spec(space, plan, source, results_dir, resume, add_samples))
+    spec = _run_spec(space, plan, source, results_dir, resume, add_samples, progress_every_s=runreport.RELOAD_S,
+                     on_progress=lambda records: runreport.write_from_records(results_dir, records, plan, live=True))
+    records, interrupted = backend.run(spec)
     backend.stop_ray()
 
     params = list(space.params)
@@ -83,24 +85,21 @@ def execute(space: spaces.Space, plan: dict, source: data.DataSource | None, res
 
 
 def _record_start(space: spaces.Space, plan: dict, source, results_dir: Path, started: float,
-                  resume: bool) -> None:
-    """run.json as the run starts: on a first segment, where its data, code and space came from."""
-    from tuning import runreport
-
+                  resume: bool, *, params: dict) -> None:
+    """run.json as the run starts: on a first segment, where its data, code and space (its
+    parameter declarations, `params`) came from."""
     if not resume:
         plan.update(data={"kind": source.kind, "root": source.root} if source else
                     {"kind": f"benchmark:{space.trainer}"}, fixed=dict(space.fixed),
                     versions=results.versions(), git_commit=results.git_commit(),
                     started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-                    metric=space.metric, mode=space.mode, params=runreport.declarations(space))
+                    metric=space.metric, mode=space.mode, params=params)
     plan.update(status="running", resumes=plan.get("resumes", -1) + 1)
     results.write_json(results_dir / "run.json", plan)
 
 
-def _run_spec(space: spaces.Space, plan: dict, source, results_dir: Path, resume: bool,
-              add_samples: int) -> backend.RunSpec:
-    from tuning import runreport
-
+def _run_spec(space: spaces.Space, plan: dict, source, results_dir: Path, resume: bool, add_samples: int, *,
+              progress_every_s: float, on_progress: Callable[[list[dict]], None]) -> backend.RunSpec:
     smoke = plan["smoke"]
     return backend.RunSpec(
         space=space, strategy=plan["strategy"], num_samples=plan["num_samples"], max_epochs=plan["max_epochs"],
@@ -109,9 +108,8 @@ def _run_spec(space: spaces.Space, plan: dict, source, results_dir: Path, resume
         workers_per_trial=plan["workers_per_trial"], max_train=smoke.get("max_train"),
         max_val=smoke.get("max_val"), max_failures=plan["max_failures"], resume=resume,
         storage_path=plan.get("storage_path"), tune_logs=plan.get("tune_logs", False),
-        progress_every_s=runreport.RELOAD_S,
-        on_progress=lambda records: runreport.write_from_records(results_dir, records, plan, live=True),
-        add_samples=add_samples, extension=len(plan.get("extensions", [])), **_warm(space, plan, resume),
+        progress_every_s=progress_every_s, on_progress=on_progress, add_samples=add_samples,
+        extension=len(plan.get("extensions", [])), **_warm(space, plan, resume),
         time_budget_s=plan.get("time_budget_s"), time_used_s=plan.get("time_used_s", 0.0),
         on_time_used=lambda used: _time_used(results_dir, plan, used))
 

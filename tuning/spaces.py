@@ -182,7 +182,9 @@ def trainer_metrics(trainer: str) -> set[str] | None:
     return {"loss"}
 
 
-MAX_GRID_TRIALS = 100_000  # beyond this, Tune's grid expansion alone takes minutes and GBs
+# Beyond this a grid is more trials than one run should hold: Tune keeps every trial it creates in
+# memory and in each experiment snapshot.
+MAX_GRID_TRIALS = 100_000
 
 
 def check_grid(space: Space, repeats: int) -> int:

@@ -19,8 +19,6 @@ from typing import Callable
 
 from tuning import results, spaces
 from tuning.backend.cluster import ClusterError, cluster_info, quiet_ray_logging, start_ray, stop_ray  # noqa: F401
-from tuning.backend.trainables import train_function
-from tuning.benchmarks import BENCHMARKS
 from tuning.data import DataSource
 
 log = logging.getLogger(__name__)
@@ -115,7 +113,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     from ray.tune import CheckpointConfig
 
     from tuning.backend import budget as time_budget
-    from tuning.backend import strategies
+    from tuning.backend import strategies, trainables
 
     parts = _tune_parts()
     space = spec.space
@@ -134,7 +132,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     progress = [parts.Progress(spec.rows_file, spec.progress_every_s, spec.on_progress)] if spec.on_progress else []
     row_log = parts.RowLog(spec.rows_file)
     analysis = parts.raising_write_errors(tune.run, row_log)(
-        _trainable(spec, parts),
+        trainables.trainable(spec),
         name=name,
         storage_path=storage,
         config=config,
@@ -167,21 +165,6 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     return [parts.trial_record(t, rows.get(t.trial_id, [])) for t in analysis.trials], interrupted
 
 
-def _trainable(spec: RunSpec, parts):
-    """What each trial runs: a synthetic benchmark's class Trainable, or the trainer adapter."""
-    from ray import tune
-
-    space = spec.space
-    if space.trainer in BENCHMARKS:
-        return tune.with_parameters(parts.SyntheticBenchmark, benchmark=space.trainer,
-                                    max_t=spec.max_epochs, seed=spec.seed)
-    return tune.with_parameters(
-        train_function, trainer_name=space.trainer, source=spec.source, max_epochs=spec.max_epochs,
-        fixed=dict(space.fixed), seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
-        metric=space.metric, diverged_value=space.diverged_value, workers=spec.workers_per_trial,
-        max_train=spec.max_train, max_val=spec.max_val)
-
-
 def _set_tune_switches(snapshot_every_step: bool) -> None:
     """Tune's switches, read from the environment by tune.run on the driver: set just before it.
     Not at import, so importing the package changes nothing for whoever imports it."""
@@ -203,8 +186,8 @@ def _set_tune_switches(snapshot_every_step: bool) -> None:
 
 
 def _num_samples(spec: RunSpec) -> int:
-    """Trials for tune.run to create; for grid, the grid times its repeats (num_samples repeats
-    the grid, as with tune.grid_search). A resume creates what its restored search has left."""
+    """Trials for tune.run to create; for grid, the grid times its repeats (LazyGrid walks the
+    grid num_samples times). A resume creates what its restored search has left."""
     return spec.num_samples * (spaces.grid_size(spec.space) if spec.strategy == "grid" else 1)
 
 
