@@ -29,18 +29,29 @@ class SpaceError(Exception):
 
 
 @dataclass(frozen=True)
-class LogUniform:
-    """Continuous, sampled uniformly in log space; the grid is `grid` log-spaced points."""
+class _Range:
+    """A continuous range from low to high; its grid is `grid` points, spaced as the subclass says."""
 
     low: float
     high: float
-    grid: int = 4
+    grid: int = 3
+    positive = False  # whether low must be above 0 (a class setting, not a field)
 
     def __post_init__(self):
-        if not 0 < self.low < self.high:
-            raise SpaceError(f"LogUniform needs 0 < low < high, got low={self.low} high={self.high}")
+        kind = type(self).__name__
+        if not (0 < self.low < self.high if self.positive else self.low < self.high):
+            raise SpaceError(f"{kind} needs {'0 < ' if self.positive else ''}low < high, "
+                             f"got low={self.low} high={self.high}")
         if self.grid < 1:
-            raise SpaceError(f"LogUniform grid needs at least 1 point, got {self.grid}")
+            raise SpaceError(f"{kind} grid needs at least 1 point, got {self.grid}")
+
+
+@dataclass(frozen=True)
+class LogUniform(_Range):
+    """Continuous, sampled uniformly in log space; the grid is `grid` log-spaced points."""
+
+    grid: int = 4
+    positive = True
 
     def grid_values(self) -> list[float]:
         if self.grid == 1:
@@ -49,18 +60,8 @@ class LogUniform:
 
 
 @dataclass(frozen=True)
-class Uniform:
+class Uniform(_Range):
     """Continuous, sampled uniformly; the grid is `grid` evenly spaced points."""
-
-    low: float
-    high: float
-    grid: int = 3
-
-    def __post_init__(self):
-        if not self.low < self.high:
-            raise SpaceError(f"Uniform needs low < high, got low={self.low} high={self.high}")
-        if self.grid < 1:
-            raise SpaceError(f"Uniform grid needs at least 1 point, got {self.grid}")
 
     def grid_values(self) -> list[float]:
         if self.grid == 1:
