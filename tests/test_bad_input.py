@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_helpers import refused
 from conftest import ROOT
 from tuning.run import main
 
@@ -55,12 +56,7 @@ def workdir(tmp_path):
 
 def _refused(capsys, argv, needle, root: Path):
     before = _tree(root)
-    capsys.readouterr()
-    code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2, err
-    assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    assert needle in err, err
+    err = refused(capsys, main, argv, needle)
     assert _tree(root) == before  # nothing on disk changed
     return err
 

@@ -4,20 +4,8 @@ import argparse
 
 import pytest
 
+from cli_helpers import refused
 from tuning.run import build_parser, main
-
-
-def _fails(capsys, argv, *needles):
-    capsys.readouterr()  # drop what fixtures printed (Ray's start-up lines)
-    code = main(argv)
-    err = capsys.readouterr().err.strip()
-    assert code == 2
-    assert "Traceback" not in err
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture
@@ -26,52 +14,52 @@ def results(tmp_path):
 
 
 def test_unknown_space_lists_available(capsys, results):
-    _fails(capsys, ["--space", "cifar_nope", "--results-dir", results], "cifar_nope", "cifar_asha")
+    refused(capsys, main, ["--space", "cifar_nope", "--results-dir", results], "cifar_nope", "cifar_asha")
 
 
 @pytest.mark.parametrize("flag,value", [("--num-samples", "0"), ("--num-samples", "-3"),
                                         ("--max-epochs", "0"), ("--seed", "-1")])
 def test_non_positive_counts(capsys, results, flag, value):
-    _fails(capsys, ["--space", "cifar_asha", flag, value, "--results-dir", results], flag, value)
+    refused(capsys, main, ["--space", "cifar_asha", flag, value, "--results-dir", results], flag, value)
 
 
 def test_missing_space_flag(capsys):
-    _fails(capsys, [], "--space")
+    refused(capsys, main, [], "--space")
 
 
 def test_cifar10_without_the_data(capsys, tmp_path, results):
-    _fails(capsys, ["--space", "cifar_asha", "--data", "cifar10", "--data-dir", str(tmp_path / "empty"),
-                    "--results-dir", results], "CIFAR-10 not found", "downloads are off (TUNING_NO_DOWNLOAD=1)",
-           "--data synthetic")
+    refused(capsys, main, ["--space", "cifar_asha", "--data", "cifar10", "--data-dir", str(tmp_path / "empty"),
+                           "--results-dir", results], "CIFAR-10 not found", "downloads are off (TUNING_NO_DOWNLOAD=1)",
+            "--data synthetic")
 
 
 def test_results_dir_that_cannot_be_written(capsys, tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    _fails(capsys, ["--space", "cifar_asha", "--results-dir", str(blocker / "results")],
-           "cannot write to results dir", "--results-dir")
+    refused(capsys, main, ["--space", "cifar_asha", "--results-dir", str(blocker / "results")],
+            "cannot write to results dir", "--results-dir")
 
 
 def test_results_dir_with_earlier_results_is_left_alone(capsys, tmp_path):
     earlier = tmp_path / "earlier"
     earlier.mkdir()
     (earlier / "trials.csv").write_text("precious")
-    _fails(capsys, ["--space", "cifar_asha", "--results-dir", str(earlier)], "not empty")
+    refused(capsys, main, ["--space", "cifar_asha", "--results-dir", str(earlier)], "not empty")
     assert (earlier / "trials.csv").read_text() == "precious"
 
 
 def test_more_gpus_than_ray_sees(capsys, tmp_path, ray_2cpus):
     results = tmp_path / "results"
-    _fails(capsys, ["--space", "cifar_asha", "--smoke", "--gpus-per-trial", "1",
-                    "--data-dir", str(tmp_path / "data"), "--results-dir", str(results)],
-           "--gpus-per-trial 1", "0 GPUs")
+    refused(capsys, main, ["--space", "cifar_asha", "--smoke", "--gpus-per-trial", "1",
+                           "--data-dir", str(tmp_path / "data"), "--results-dir", str(results)],
+            "--gpus-per-trial 1", "0 GPUs")
     assert not results.exists()  # refused before anything was written
 
 
 def test_more_cpus_than_ray_sees(capsys, tmp_path, ray_2cpus):
-    _fails(capsys, ["--space", "cifar_asha", "--smoke", "--cpus-per-trial", "3",
-                    "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
-           "--cpus-per-trial 3", "2 CPUs")
+    refused(capsys, main, ["--space", "cifar_asha", "--smoke", "--cpus-per-trial", "3",
+                           "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+            "--cpus-per-trial 3", "2 CPUs")
 
 
 def test_help_explains_every_flag(capsys):
@@ -90,21 +78,21 @@ def test_help_explains_every_flag(capsys):
 
 
 def test_workers_per_trial_must_split_the_batch_sizes(capsys, tmp_path, ray_2cpus):
-    _fails(capsys, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "3", "--cpus-per-trial", "2",
-                    "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
-           "do not all split evenly over 3 ranks")
+    refused(capsys, main, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "3", "--cpus-per-trial", "2",
+                           "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+            "do not all split evenly over 3 ranks")
 
 
 def test_workers_per_trial_is_for_cpu_trials(capsys, tmp_path, ray_2cpus):
-    _fails(capsys, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "2", "--gpus-per-trial", "0.5",
-                    "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
-           "--workers-per-trial 2 is for CPU trials")
+    refused(capsys, main, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "2", "--gpus-per-trial", "0.5",
+                           "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+            "--workers-per-trial 2 is for CPU trials")
 
 
 def test_zero_workers(capsys, tmp_path, ray_2cpus):
-    _fails(capsys, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "0",
-                    "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
-           "--workers-per-trial must be at least 1")
+    refused(capsys, main, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "0",
+                           "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+            "--workers-per-trial must be at least 1")
 
 
 def test_a_storage_folder_is_made_absolute_for_tune(tmp_path, monkeypatch):

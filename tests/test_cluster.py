@@ -16,7 +16,8 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from test_reliability import STEADY, TESTS, _check_resumed, _check_tables, _progress, _snapshot, _space, _wait_until
+from run_helpers import (STEADY, TESTS, check_resumed, check_tables, logged_epochs, snapshot,
+                         wait_until_mid_run, write_space)
 
 
 def _free_port() -> int:
@@ -72,22 +73,22 @@ def test_smoke_run_spreads_over_both_nodes(cluster, tmp_path):
 @pytest.mark.slow  # minutes: make test-all
 def test_killed_driver_resumes_on_the_cluster(cluster, tmp_path):
     results, max_epochs = tmp_path / "results", 4
-    space = _space(tmp_path, STEADY.format(strategy="asha", epochs=max_epochs, rf=2, gate=None))
+    space = write_space(tmp_path, STEADY.format(strategy="asha", epochs=max_epochs, rf=2, gate=None))
     proc = subprocess.Popen([sys.executable, "-m", "tuning.run", "--address", cluster.address, "--space", str(space),
                              "--results-dir", str(results)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    _wait_until(proc, results)
+    wait_until_mid_run(proc, results)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver dies; the cluster lives on, as on a real one
     proc.wait()
     time.sleep(2)
-    progress, known = _progress(results), _snapshot(results)
+    progress, known = logged_epochs(results), snapshot(results)
     assert known, "no readable experiment snapshot after the kill"
     assert any(st == "TERMINATED" for st, _ in known.values())
 
     done = _cli("tuning.run", "--resume", str(results), "--address", cluster.address)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    trials, _ = _check_tables(results, 6, max_epochs)
-    assert _check_resumed(results, progress, known)  # finished trials not rerun, the others went on
+    trials, _ = check_tables(results, 6, max_epochs)
+    assert check_resumed(results, progress, known)  # finished trials not rerun, the others went on
     assert trials["node_id"].nunique() == 2
 
 

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-
-TESTS = Path(__file__).resolve().parent
+from run_helpers import (STEADY, TESTS, check_resumed, check_tables, logged_epochs, snapshot,
+                         wait_until_mid_run, write_space)
 
 
 def _env():
@@ -35,74 +35,6 @@ def _run(*args, timeout=600) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
-def _progress(results: Path) -> dict[str, int]:
-    """Epochs each trial has reported so far, from the run's results.jsonl."""
-    out = {}
-    rows = results / "results.jsonl"
-    for line in rows.read_text().splitlines() if rows.exists() else []:
-        if line.endswith("}"):  # not a line cut short by the kill
-            t = json.loads(line)["trial_id"]
-            out[t] = out.get(t, 0) + 1
-    return out
-
-
-def _snapshot(results: Path) -> dict[str, tuple[str, int]]:
-    """Each trial's (status, epoch of its latest checkpoint) in Tune's latest experiment snapshot
-    on storage: what a resume starts from. Not its last result: Tune registers a checkpoint one
-    event after the result it came with, so a snapshot can be one epoch ahead in results."""
-    from ray.tune.trainable.metadata import _TrainingRunMetadata
-
-    snapshots = sorted((results / "tune").glob("experiment_state-*.json"))
-    if not snapshots:
-        return {}
-    try:
-        data = json.loads(snapshots[-1].read_text())
-    except ValueError:  # caught mid-write; the next poll reads it whole
-        return {}
-    out = {}
-    for trial, meta in data["trial_data"]:
-        checkpoints = _TrainingRunMetadata.from_json_state(meta).checkpoint_manager
-        latest = checkpoints.latest_checkpoint_result if checkpoints else None
-        trial = json.loads(trial)
-        out[trial["trial_id"]] = (trial["status"], int(latest.metrics["training_iteration"]) if latest else 0)
-    return out
-
-
-def _check_resumed(results: Path, before: dict[str, int], known: dict[str, tuple[str, int]]) -> int:
-    """After a SIGKILL and a resume: trials finished in the snapshot got no new results, and the
-    others went on from the checkpoint the snapshot holds. The only epochs trained again are the
-    ones `results.jsonl` had logged past that checkpoint (a result is logged as it arrives; its
-    checkpoint is registered an event later, and the snapshot is copied to storage in the
-    background). Returns how many trials continued from a checkpoint."""
-    trials = pd.read_csv(results / "trials.csv", keep_default_na=False).set_index("trial_id")
-    epochs = pd.read_csv(results / "epochs.csv")
-    after, continued = _progress(results), 0
-    for t, (status, k) in known.items():
-        if status == "TERMINATED":
-            assert after[t] == before[t] and trials.loc[t, "recomputed_epochs"] == 0
-            continue
-        logged_past_checkpoint = max(0, before.get(t, 0) - k)
-        assert trials.loc[t, "recomputed_epochs"] <= logged_past_checkpoint, (t, k, before.get(t))
-        curve = epochs[epochs["trial_id"] == t]
-        if k > 0 and len(curve) > k:  # ASHA may also have stopped it at the rung it had reached
-            assert curve["restored_from"].iloc[k] == k, curve[["training_iteration", "restored_from"]]
-            continued += 1
-    return continued
-
-
-def _wait_until(proc, results: Path, timeout=300) -> None:
-    """Until the snapshot has a trial finished and another running with epochs behind it."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, proc.stdout.read()[-3000:]
-        known = _snapshot(results)
-        mid = [t for t, (st, k) in known.items() if st == "RUNNING" and k > 0]
-        if any(st == "TERMINATED" for st, _ in known.values()) and mid:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"no mid-run state within {timeout} s: {_progress(results)}")
-
-
 def _wait_for(proc, condition, timeout=300) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
@@ -112,53 +44,31 @@ def _wait_for(proc, condition, timeout=300) -> None:
         time.sleep(0.2)
 
 
-def _space(tmp_path: Path, body: str) -> Path:
-    f = tmp_path / "space.py"
-    f.write_text("from tuning.spaces import Choice, LogUniform, Space, Uniform\n" + body)
-    return f
-
-
-def _check_tables(results: Path, trials_expected: int, max_epochs: int):
-    trials = pd.read_csv(results / "trials.csv", keep_default_na=False)
-    epochs = pd.read_csv(results / "epochs.csv")
-    assert len(trials) == trials_expected and trials["trial_id"].is_unique  # every trial once
-    for _, curve in epochs.groupby("trial_id"):  # no duplicated epoch in any curve
-        assert curve["training_iteration"].tolist() == list(range(1, len(curve) + 1))
-        assert curve["epoch"].tolist() == curve["training_iteration"].tolist()
-    assert (trials["status"] == "TERMINATED").all()
-    return trials, epochs
-
-
-STEADY = ("SPACE = Space(params={{'lr': Uniform(0.0, 1.0)}}, trainer='faulty:steady', strategy={strategy!r},"
-          " max_epochs={epochs}, num_samples=6, reduction_factor={rf}, gpus_per_trial=0,"
-          " fixed={{'sleep_s': 0.4, 'gate': {gate!r}}})\n")
-
-
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("strategy", ["asha", pytest.param("bohb", marks=pytest.mark.slow)])
 def test_sigkill_mid_run_then_resume(tmp_path, strategy):
     # A trainer whose epochs take 0.4 s, through the same trainable, checkpoints and resume path
     # as the CIFAR trainer: it leaves time to catch trials finished and mid-way.
     results, max_epochs = tmp_path / "results", 4 if strategy == "asha" else 3
-    space = _space(tmp_path, STEADY.format(strategy=strategy, epochs=max_epochs, rf=2 if strategy == "asha" else 3,
-                                           gate=None))
+    space = write_space(tmp_path, STEADY.format(strategy=strategy, epochs=max_epochs,
+                                                rf=2 if strategy == "asha" else 3, gate=None))
     proc = _start("--space", str(space), "--results-dir", str(results))
-    _wait_until(proc, results)
+    wait_until_mid_run(proc, results)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     time.sleep(2)
-    progress, known = _progress(results), _snapshot(results)
+    progress, known = logged_epochs(results), snapshot(results)
     assert known, "no readable experiment snapshot after the kill: a resume would have nothing to start from"
     assert any(st == "TERMINATED" for st, _ in known.values())
     assert any(st in ("RUNNING", "PAUSED") and 0 < k < max_epochs for st, k in known.values())
 
     done = _run("--resume", str(results))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    trials, _ = _check_tables(results, 6, max_epochs)
+    trials, _ = check_tables(results, 6, max_epochs)
     run = json.loads((results / "run.json").read_text())
     assert run["status"] == "finished" and run["resumes"] == 1
     assert run["recomputed_epochs"] == trials["recomputed_epochs"].sum()
-    assert _check_resumed(results, progress, known)
+    assert check_resumed(results, progress, known)
 
 
 @pytest.mark.timeout(600)
@@ -168,9 +78,9 @@ def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig)
     # SIGTERM is how timeout, kill, Kubernetes, Slurm and `ray job stop` stop a process: it must
     # stop the run as Ctrl-C does, not crash it.
     results, gate = tmp_path / "results", tmp_path / "gate"
-    space = _space(tmp_path, STEADY.format(strategy="asha", epochs=4, rf=2, gate=str(gate)))
+    space = write_space(tmp_path, STEADY.format(strategy="asha", epochs=4, rf=2, gate=str(gate)))
     proc = _start("--space", str(space), "--results-dir", str(results))
-    _wait_until(proc, results)
+    wait_until_mid_run(proc, results)
     os.kill(proc.pid, sig)  # the driver only, as Ctrl-C in its terminal, or `kill PID`
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 128 + sig, out[-3000:]  # 130, 143: as a shell reports a process the signal ended
@@ -178,7 +88,7 @@ def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig)
     assert "SIGTERM received" not in out and "Traceback" not in out, out[-3000:]  # no Ray crash dump
     assert json.loads((results / "run.json").read_text())["status"] == "interrupted"
     assert len(pd.read_csv(results / "trials.csv")) == 6  # the tables so far
-    progress, known = _progress(results), _snapshot(results)
+    progress, known = logged_epochs(results), snapshot(results)
 
     # The resumed trials wait at their next epoch while the gate exists: the resume is held mid-run.
     gate.touch()
@@ -192,18 +102,18 @@ def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig)
     gate.unlink()
     out, _ = resume.communicate(timeout=300)
     assert resume.returncode == 0, out[-3000:]
-    _check_tables(results, 6, 4)
+    check_tables(results, 6, 4)
     assert json.loads((results / "run.json").read_text())["status"] == "finished"
     # Finished trials ran no epoch again; the others went on from the checkpoint the stop saved.
-    assert _check_resumed(results, progress, known)
+    assert check_resumed(results, progress, known)
 
 
 @pytest.mark.timeout(600)
 def test_a_results_file_that_cannot_be_written_stops_the_run_and_resume_continues(tmp_path):
     results = tmp_path / "results"
-    space = _space(tmp_path, STEADY.format(strategy="asha", epochs=4, rf=2, gate=None))
+    space = write_space(tmp_path, STEADY.format(strategy="asha", epochs=4, rf=2, gate=None))
     proc = _start("--space", str(space), "--results-dir", str(results))
-    _wait_until(proc, results)
+    wait_until_mid_run(proc, results)
     run_json = (results / "run.json").read_bytes()
     # Unwritable mid-run. chmod stops no write by root (tests may run as root) and a full disk
     # needs privileges to stage, so a folder takes the file's place: every append fails, for any user.
@@ -224,14 +134,14 @@ def test_a_results_file_that_cannot_be_written_stops_the_run_and_resume_continue
     with open(rows, "a") as f:  # and the row a full disk cut short, left without its newline
         f.write('{"loss": 0.5, "trial_id": "')
     damaged = len(rows.read_text().splitlines())
-    progress, known = _progress(results), _snapshot(results)
+    progress, known = logged_epochs(results), snapshot(results)
     done = _run("--resume", str(results))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert f"{rows} line {damaged} is damaged" in done.stderr
     assert len(rows.read_text().splitlines()) > damaged  # the damaged line now sits in the middle
-    _check_tables(results, 6, 4)  # built from the other lines: every trial, every epoch once
+    check_tables(results, 6, 4)  # built from the other lines: every trial, every epoch once
     assert json.loads((results / "run.json").read_text())["status"] == "finished"
-    _check_resumed(results, progress, known)
+    check_resumed(results, progress, known)
 
 
 def test_a_damaged_row_in_the_middle_is_skipped_with_a_warning_naming_it(tmp_path, caplog):
@@ -249,7 +159,7 @@ def test_a_damaged_row_in_the_middle_is_skipped_with_a_warning_naming_it(tmp_pat
 def misbehaving(tmp_path_factory):
     """One grid run over the ways a trial goes wrong, with one retry allowed."""
     tmp = tmp_path_factory.mktemp("misbehaving")
-    space = _space(tmp, "SPACE = Space(params={'mode': Choice(['steady', 'flaky', 'killed', 'broken', 'diverges', "
+    space = write_space(tmp, "SPACE = Space(params={'mode': Choice(['steady', 'flaky', 'killed', 'broken', 'diverges', "
                         "'oom'])},"
                         " trainer='faulty:misbehave', strategy='grid', max_epochs=5, gpus_per_trial=0,"
                         f" diverged_value=99.0, fixed={{'marker_dir': {str(tmp)!r}}})\n")
@@ -310,8 +220,8 @@ def test_cuda_out_of_memory_names_the_config(misbehaving):
 
 @pytest.mark.slow  # minutes: make test-all
 def test_when_every_trial_fails_the_exit_code_says_so(tmp_path):
-    space = _space(tmp_path, "SPACE = Space(params={'lr': Choice([0.8, 0.9])}, trainer='faulty:broken_when_large',"
-                             " max_epochs=2, strategy='grid', gpus_per_trial=0)\n")
+    space = write_space(tmp_path, "SPACE = Space(params={'lr': Choice([0.8, 0.9])}, trainer='faulty:broken_when_large',"
+                                  " max_epochs=2, strategy='grid', gpus_per_trial=0)\n")
     proc = _run("--space", str(space), "--max-failures", "0", "--results-dir", str(tmp_path / "r"))
     assert proc.returncode == 1
     assert (pd.read_csv(tmp_path / "r" / "trials.csv")["status"] == "ERROR").all()
@@ -357,8 +267,8 @@ def test_tables_are_written_atomically(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # minutes: make test-all
 def test_a_planted_leak_is_flagged(tmp_path):
-    space = _space(tmp_path, "SPACE = Space(params={'lr': Choice([0.1])}, trainer='faulty:leaky', strategy='grid',"
-                             " max_epochs=7, gpus_per_trial=0)\n")
+    space = write_space(tmp_path, "SPACE = Space(params={'lr': Choice([0.1])}, trainer='faulty:leaky', strategy='grid',"
+                                  " max_epochs=7, gpus_per_trial=0)\n")
     proc = _run("--space", str(space), "--results-dir", str(tmp_path / "r"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     trials = pd.read_csv(tmp_path / "r" / "trials.csv")

@@ -1,13 +1,12 @@
 """tuning.report on synthetic comparison folders: no Ray, no training, seconds."""
 
 import json
-import shutil
-import subprocess
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from report_helpers import assert_renders_in_chromium, needs_chromium
 from tuning import analysis, report
 
 DIMS, MAX_T, BUDGET = 8, 3, 12  # counting ones with 8 dims; 3 iterations = 1 full evaluation
@@ -190,27 +189,6 @@ def test_cifar_report_plots_loss_and_the_lr_batch_scatter(tmp_path):
     assert "No known optimum" in md and "regret" not in _md_rows(md, "strategy")["asha"]
     best = _md_rows(md[md.index("## What was found"):], "strategy")
     assert {"lr", "batch_size", "accuracy", "loss"} <= set(best["asha"])
-
-
-needs_chromium = pytest.mark.skipif(not shutil.which("chromium"), reason="needs Chromium (apt install chromium)")
-
-
-def assert_renders_in_chromium(page, tmp_path):
-    """Screenshot `page` in headless Chromium and check it shows text, tables and plots."""
-    import matplotlib.image
-
-    shot = tmp_path / "shot.png"
-    subprocess.run([shutil.which("chromium"), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                    "--no-first-run", "--disable-background-networking", "--disable-component-update",
-                    "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}", f"--screenshot={shot}",
-                    "--window-size=1400,3000", page.resolve().as_uri()],
-                   capture_output=True, timeout=120, check=False)
-    assert shot.exists(), "Chromium wrote no screenshot"
-    img = matplotlib.image.imread(shot)[..., :3]
-    rgb = (img.reshape(-1, 3) * 255).astype(np.int64)
-    colours = np.unique(rgb[:, 0] << 16 | rgb[:, 1] << 8 | rgb[:, 2])  # packed: fast, unlike axis=0
-    assert len(colours) > 200  # text, tables and the embedded plots; a blank page has 1
-    assert (img < 0.9).any(axis=-1).mean() > 0.02  # a real share of the page is not white
 
 
 @needs_chromium

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_cli
-from test_report import assert_renders_in_chromium, needs_chromium
+from report_helpers import assert_renders_in_chromium, needs_chromium
 from tuning import report, results, runplots, runreport, spaces
 
 TESTS = Path(__file__).resolve().parent

@@ -73,6 +73,8 @@ def test_reporter_survives_unscheduled_trials_and_keeps_error_rows(tmp_path, cap
     from ray.tune.experiment import Trial
     from ray.tune.utils.log import set_verbosity
 
+    from tuning.backend import tune_parts
+
     set_verbosity(1)  # as tune.run sets it for a run with progress: an earlier quiet run left it at 0
     storage = StorageContext(storage_path=str(tmp_path), experiment_dir_name="exp")
     pending = Trial("train_cifar", config={"lr": 1e-3, "batch_size": 64}, storage=storage, stub=True)
@@ -84,7 +86,7 @@ def test_reporter_survives_unscheduled_trials_and_keeps_error_rows(tmp_path, cap
     with pytest.raises(RuntimeError, match="trial_dir_name"):
         _ = pending.error_file
 
-    backend._reporter(spaces.load("cifar_bohb")).report([pending, failed], False)
+    tune_parts.reporter(spaces.load("cifar_bohb")).report([pending, failed], False)
     out = capsys.readouterr().out
     assert str(pending) in out and str(failed) in out  # both progress rows
     assert "Number of errored trials: 1" in out and "error.txt" in out  # the real error row stays

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from tuning import spaces
+from tuning.backend import strategies
 from tuning.spaces import Choice, IntUniform, LogUniform, Space, SpaceError, Uniform
 
 
@@ -13,7 +14,7 @@ def test_every_space_loads_and_samples_valid_configs(name):
     assert space.name == name
     assert space.metric and space.mode in ("min", "max")
     assert space.num_samples >= 1 and space.max_epochs >= 1
-    domains = spaces.to_tune(space)
+    domains = strategies.to_tune(space)
     assert set(domains) == set(space.params)
     for key, param in space.params.items():
         for _ in range(50):
@@ -56,7 +57,7 @@ def test_malformed_declarations_are_refused(bad):
 
 
 def test_log_uniform_samples_are_log_uniform():
-    dom = spaces.to_tune(Space(params={"lr": LogUniform(1e-4, 1e-2)}))["lr"]
+    dom = strategies.to_tune(Space(params={"lr": LogUniform(1e-4, 1e-2)}))["lr"]
     logs = np.log10([dom.sample() for _ in range(4000)])
     # Uniform in log space: each decade gets half the samples.
     assert abs(np.mean(logs < -3) - 0.5) < 0.05
@@ -79,7 +80,7 @@ def test_tune_target_keeps_bounds_scale_and_choices(kind):
     from ray.tune.search import sample
 
     p = KINDS[kind]
-    dom = spaces.to_tune(Space(params={"x": p}))["x"]
+    dom = strategies.to_tune(Space(params={"x": p}))["x"]
     draws = [dom.sample() for _ in range(400)]
     if isinstance(p, Choice):
         assert isinstance(dom, sample.Categorical) and list(dom.categories) == list(p.values)

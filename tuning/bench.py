@@ -28,9 +28,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tuning import cli, data, distributed, results, trainer
+from tuning import cli, data, distributed, results, spaces, trainer
 
-SECTIONS = ("overhead", "trial", "throughput", "data", "memory", "scheduler", "ddp")
 GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50",
          "throughput_ratio_bs128": ">= 0.95", "throughput_ratio_bs512": ">= 0.95",
          "rss_growth_epoch2_to_last_mb": "no growth", "bohb_recomputed_epochs": "0"}
@@ -97,8 +96,6 @@ def bench_overhead(quick: bool) -> list[dict]:
 def bench_trial(quick: bool) -> list[dict]:
     """Wall time of a 1-epoch CIFAR trial (Tune starting it to its result) minus its training
     and evaluation: what the trainable and Tune add. One trial at a time, so all share an actor."""
-    from tuning import spaces
-
     k, n = (3, 512) if quick else (8, 1024)
     cpus = os.cpu_count() or 1
     rec = _tune(spaces.load("cifar_asha"), "random", num_samples=k, max_epochs=1, cpus=cpus,
@@ -111,8 +108,6 @@ def bench_trial(quick: bool) -> list[dict]:
 
 
 def bench_scheduler(quick: bool) -> list[dict]:
-    from tuning import spaces
-
     n_img = 256 if quick else 512
     source = _synthetic(n_img)
     bohb = _tune(spaces.load("cifar_bohb"), "bohb", num_samples=9, max_epochs=3, cpus=1, source=source,
@@ -147,8 +142,6 @@ def _pause_cost(quick: bool, source) -> list[dict]:
     """Two CIFAR trials that take every CPU, so one runs at a time: once back to back (FIFO), once
     paused after every epoch, so that each result is one pause and one resume (in the actor the
     other trial just left) away from the last. The difference of the median gaps is their cost."""
-    from tuning import spaces
-
     epochs, cpus = (2 if quick else 6), os.cpu_count() or 1
     runs = {pause: _tune(spaces.load("cifar_asha"), "random", num_samples=2, max_epochs=epochs, cpus=cpus,
                          source=source, max_train=256, max_val=64, pause_every_result=pause)
@@ -161,8 +154,6 @@ def _pause_cost(quick: bool, source) -> list[dict]:
 def _hyperband_wall(quick: bool) -> list[dict]:
     """Wall time of Hyperband and BOHB (synchronous brackets: many pauses) against ASHA (none)
     on counting ones at the same budget of full evaluations."""
-    from tuning import spaces
-
     if quick:  # minutes even at small budgets; tests/test_hyperband.py runs these paths
         return []
     budget, max_t = 100, 81
@@ -248,8 +239,6 @@ def bench_data(quick: bool) -> list[dict]:
 
 
 def bench_memory(quick: bool) -> list[dict]:
-    from tuning import spaces
-
     epochs, n = (4, 512) if quick else (10, 1024)
     rec = _tune(spaces.load("cifar_asha"), "random", num_samples=1, max_epochs=epochs, cpus=os.cpu_count() or 1,
                 source=_synthetic(n), max_train=n, max_val=256)
@@ -360,6 +349,11 @@ def bench_ddp(quick: bool) -> list[dict]:
 
 # ---------------------------------------------------------------- the CLI
 
+# Each section's bench, in the order they run and are printed (--only picks among them).
+SECTIONS = {"overhead": bench_overhead, "trial": bench_trial, "throughput": bench_throughput, "data": bench_data,
+            "memory": bench_memory, "scheduler": bench_scheduler, "ddp": bench_ddp}
+
+
 def _row(section: str, metric: str, value: float, unit: str, detail: str) -> dict:
     return {"section": section, "metric": metric, "value": round(float(value), 4), "unit": unit,
             "goal": GOALS.get(metric, ""), "detail": detail}
@@ -379,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     rows = []
     for section in args.only or SECTIONS:
-        rows += globals()[f"bench_{section}"](args.quick)
+        rows += SECTIONS[section](args.quick)
     with open(out / "bench.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()

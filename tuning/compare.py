@@ -20,8 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tuning import cli, data, growth, report, results, spaces
-from tuning.backend import ClusterError
+from tuning import backend, cli, data, growth, report, results, spaces
 from tuning.cli import UsageError
 
 log = logging.getLogger("tuning.compare")
@@ -34,7 +33,6 @@ class Experiment:
     seeds: tuple = tuple(range(10))
     strategies: tuple = spaces.STRATEGIES
     max_epochs: int | None = None  # the space's unless set
-    cpus_per_trial: float | None = None
     smoke: dict = field(default_factory=dict)  # overrides under --smoke: budget, seeds, max_epochs, warm_budget
     description: str = ""
     # A strategy named "<strategy>+warm" runs warm-started (tuning.run --warm-start) from an earlier
@@ -93,9 +91,8 @@ def _run_rows(rows: list[dict], *, benchmark: str, strategy: str, seed: int, max
 
 
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    df.to_csv(tmp, index=False)
-    tmp.replace(path)  # a run's file appears whole or not at all: it marks the run finished
+    # A run's file appears whole or not at all: it marks the run finished.
+    results.write_atomic(path, lambda p: df.to_csv(p, index=False))
 
 
 def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None, budget: float | None,
@@ -112,15 +109,8 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     jobs = [(s, seed) for seed in seed_list for s in exp.strategies]
     todo = [(s, seed) for s, seed in jobs if not (out / "runs" / f"{s}-s{seed}.csv").exists()]
 
-    source = None
-    if space.trainer == "cifar":
-        source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0,
-                              synthetic_train=5000 if smoke else 50_000, synthetic_test=1000 if smoke else 10_000)
-        log.warning("DATA: %s (%s)", "SYNTHETIC CIFAR-10-shaped images" if source.kind == "synthetic"
-                    else "real CIFAR-10", source.root)
-    if todo:
-        from tuning import backend  # Ray only when there is something to run
-
+    source = _source(space, smoke)
+    if todo:  # Ray only when there is something to run
         backend.start_ray(address=address)
     # On shared storage each comparison gets its own folder, its runs one each inside it.
     storage = f"{storage_path.rstrip('/')}/{out.name}" if storage_path else None
@@ -148,22 +138,41 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     runs = runs[runs["consumed_budget"] <= budget + 1e-9].reset_index(drop=True)
     _write_csv(runs, out / "runs.csv")
     runs.to_parquet(out / "runs.parquet", index=False)
+    _write_records(out, name, exp, space, source, smoke=smoke, budget=budget, max_t=max_t, seeds=seed_list,
+                   argv=argv)
+    return report.write_report(out)["html"]
+
+
+def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
+    """The CIFAR data a comparison trains on (None for a synthetic benchmark)."""
+    if space.trainer != "cifar":
+        return None
+    source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0,
+                          synthetic_train=5000 if smoke else 50_000, synthetic_test=1000 if smoke else 10_000)
+    log.warning("DATA: %s (%s)", "SYNTHETIC CIFAR-10-shaped images" if source.kind == "synthetic"
+                else "real CIFAR-10", source.root)
+    return source
+
+
+def _write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, source, *, smoke: bool,
+                   budget: float, max_t: int, seeds: list[int], argv: list[str]) -> None:
+    """experiment.json (what was compared, as the report reads it) and provenance.json (how)."""
     from tuning.benchmarks import BENCHMARKS
 
     bench = BENCHMARKS.get(space.trainer)
     results.write_json(out / "experiment.json", {
         "name": name, "benchmark": space.trainer if bench else name, "metric": space.metric, "mode": space.mode,
-        "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seed_list,
-        "params": params, "optimum": bench.optimum if bench else None, "regret": bench.regret if bench else None,
-        "dims": bench.dims if bench else None, "description": exp.description, "space": exp.space,
-        "smoke": smoke, "reference": exp.reference, "warm_from": exp.warm_from})
+        "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seeds,
+        "params": list(space.params), "optimum": bench.optimum if bench else None,
+        "regret": bench.regret if bench else None, "dims": bench.dims if bench else None,
+        "description": exp.description, "space": exp.space, "smoke": smoke, "reference": exp.reference,
+        "warm_from": exp.warm_from})
     results.write_json(out / "provenance.json", {
         "command": "python -m tuning.compare " + " ".join(argv),
         "data": {"kind": source.kind if source else f"benchmark:{space.trainer}",
                  "root": source.root if source else None},
-        "machine": results.machine(), "seeds": seed_list, "git_commit": results.git_commit(),
+        "machine": results.machine(), "seeds": seeds, "git_commit": results.git_commit(),
         "versions": results.versions()})
-    return report.write_report(out)["html"]
 
 
 def _warm(exp: Experiment, strategy: str, seed: int, out: Path, over: dict, setting: dict) -> dict:
@@ -193,8 +202,6 @@ def _warm(exp: Experiment, strategy: str, seed: int, out: Path, over: dict, sett
 def _one_run(*, space, strategy, seed, max_t, budget, source, run_dir: Path, smoke: bool,
              storage_path: str | None = None, warm_rows: list | None = None,
              warm_points: list | None = None) -> list[dict]:
-    from tuning import backend
-
     rec = backend.recorder()
     grid = strategy == "grid"
     spec = backend.RunSpec(
@@ -238,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
             html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,
                        address=args.address, storage_path=args.storage_path)
-        except (UsageError, spaces.SpaceError, data.DataError, report.ReportError, ClusterError) as exc:
+        except (UsageError, spaces.SpaceError, data.DataError, report.ReportError, backend.ClusterError) as exc:
             print(f"tuning.compare: error: {exc}", file=sys.stderr)
             return 2
         except results.WriteError as exc:  # a full disk: not bad input

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from filelock import FileLock
 
-from tuning import synthetic
+from tuning import atomic, synthetic
 
 log = logging.getLogger(__name__)
 
@@ -163,10 +163,12 @@ _SYNTHETIC_NAME = re.compile(r"v(\d+)-seed(\d+)-train(\d+)-test(\d+)")
 def _write_batch(path: Path, data: np.ndarray, labels: np.ndarray, name: str) -> str:
     entry = {"batch_label": name, "labels": labels.tolist(), "data": data.reshape(len(data), -1),
              "filenames": [f"synthetic_{i:06d}.png" for i in range(len(data))]}
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        pickle.dump(entry, f, protocol=2)
-    os.replace(tmp, path)
+
+    def dump(p: Path) -> None:
+        with open(p, "wb") as f:
+            pickle.dump(entry, f, protocol=2)
+
+    atomic.write_atomically(path, dump)
     return hashlib.md5(path.read_bytes()).hexdigest()
 
 
@@ -205,11 +207,10 @@ def ensure_synthetic(root: str | os.PathLike, *, seed: int, n_train: int, n_test
         with open(meta, "wb") as f:
             pickle.dump({"label_names": CLASSES, "num_cases_per_batch": sizes[0], "num_vis": 3072}, f)
         md5s["batches.meta"] = hashlib.md5(meta.read_bytes()).hexdigest()
-        tmp = manifest.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"version": synthetic.VERSION, "seed": seed, "n_train": n_train,
-                                   "n_test": n_test, "label_noise": synthetic.LABEL_NOISE,
-                                   "wrong_labels": wrong, "md5": md5s}, indent=1))
-        os.replace(tmp, manifest)  # the manifest is written last: its presence means "complete"
+        text = json.dumps({"version": synthetic.VERSION, "seed": seed, "n_train": n_train, "n_test": n_test,
+                           "label_noise": synthetic.LABEL_NOISE, "wrong_labels": wrong, "md5": md5s}, indent=1)
+        # The manifest is written last: its presence means "complete".
+        atomic.write_atomically(manifest, lambda p: p.write_text(text))
 
 
 def _dataset(source: DataSource, train: bool):

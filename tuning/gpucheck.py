@@ -171,7 +171,7 @@ def _write(out: Path, report: dict) -> None:
             writer.writeheader()
             writer.writerows(rows)
 
-    results._atomic(out / "gpu-check.csv", write_csv)
+    results.write_atomic(out / "gpu-check.csv", write_csv)
     results.write_json(out / "gpu-check.json", {**report, "rows": rows})
 
 

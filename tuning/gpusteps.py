@@ -238,7 +238,7 @@ def _write_rows(path: Path, rows: list[dict]) -> None:
             writer.writeheader()
             writer.writerows(rows)
 
-    results._atomic(path, write)
+    results.write_atomic(path, write)
 
 
 def _collective_probe(*, rank: int, world_size: int, device, on_epoch) -> dict:

@@ -137,7 +137,8 @@ def plot_lr_batch(runs: pd.DataFrame, exp: dict, strategies: list[str], path: Pa
 
 # ---------------------------------------------------------------- text
 
-def _g(x, digits: int = 3) -> str:
+def _number(x, digits: int = 3) -> str:
+    """A figure as the report prints it: `digits` significant digits, n/a, or not reached (inf)."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "n/a"
     if isinstance(x, (float, np.floating)):
@@ -156,7 +157,7 @@ def _verdicts(summary: dict, unit: str) -> list[str]:
     ref, name = summary["reference"], _name(summary["reference"])
     for _, r in summary["tests"].iterrows():
         s, d = r["strategy"], r["delta_median"]
-        nums = f"median {_g(r['median'])} vs {_g(r['median_reference'])}, p={r['p']:.2g}"
+        nums = f"median {_number(r['median'])} vs {_number(r['median_reference'])}, p={r['p']:.2g}"
         if r["p"] < ALPHA:
             better = summary["sign"] * d < 0
             text = (f"{s}: final {unit} {'lower' if d < 0 else 'higher'} than {name}'s ({nums}), "
@@ -178,7 +179,7 @@ def _measured(runs, exp, prov, strategies) -> list[str]:
     seeds = sorted(runs["seed"].unique())
     kind = {"normalized_counting_ones": f"regret = loss / {exp.get('dims')} + 1 (normalised as in "
                                         "Falkner et al., ICML 2018; 0 at the optimum)",
-            "difference": f"regret = loss - optimum ({_g(exp.get('optimum'), 6)})"}.get(exp.get("regret"))
+            "difference": f"regret = loss - optimum ({_number(exp.get('optimum'), 6)})"}.get(exp.get("regret"))
     data = {k: v for k, v in flatten(prov or {}) if k.split(".")[-1] in ("kind", "data")}
     return [f"{len(strategies)} strategies ({', '.join(strategies)}) x {len(seeds)} seeds "
             f"({', '.join(map(str, seeds))}); {runs['run_id'].nunique()} runs, {len(runs)} reported "
@@ -200,22 +201,23 @@ def _measured(runs, exp, prov, strategies) -> list[str]:
 
 def _finals(summary: dict, metric: str, unit: str) -> list[tuple]:
     """The final table and what its target columns mean."""
-    tb, ref = summary["table"], summary["reference"]
+    stats, ref = summary["table"], summary["reference"]
     table = pd.DataFrame({
-        "strategy": tb["strategy"], "n": tb["n"],
-        f"final {unit} mean ± std": [f"{_g(m)} ± {_g(s, 2)}" for m, s in zip(tb["final_mean"], tb["final_std"])],
-        **({f"final {metric} mean ± std": [f"{_g(m)} ± {_g(s, 2)}" for m, s in
-                                           zip(tb["final_metric_mean"], tb["final_metric_std"])]}
+        "strategy": stats["strategy"], "n": stats["n"],
+        f"final {unit} mean ± std": [f"{_number(m)} ± {_number(s, 2)}"
+                                     for m, s in zip(stats["final_mean"], stats["final_std"])],
+        **({f"final {metric} mean ± std": [f"{_number(m)} ± {_number(s, 2)}" for m, s in
+                                           zip(stats["final_metric_mean"], stats["final_metric_std"])]}
            if unit != metric else {}),
-        "budget to target (median)": [_g(v) for v in tb["budget_to_target"]],
-        "reached target": [f"{r} of {n}" for r, n in zip(tb["reached"], tb["runs"])],
-        f"speed-up vs {ref}": [f"{v:.2g}x" if math.isfinite(v) else "n/a" for v in tb["speedup"]],
-        "trials per run": [f"{v:.1f}" for v in tb["trials_per_run"]],
-        "epochs recomputed": tb["recomputed_epochs"],
-        "wall time per run (s)": [f"{v:.1f}" for v in tb["wall_s_per_run"]],
-        "device-hours per run": [_g(v) for v in tb["device_hours_per_run"]]})
+        "budget to target (median)": [_number(v) for v in stats["budget_to_target"]],
+        "reached target": [f"{r} of {n}" for r, n in zip(stats["reached"], stats["runs"])],
+        f"speed-up vs {ref}": [f"{v:.2g}x" if math.isfinite(v) else "n/a" for v in stats["speedup"]],
+        "trials per run": [f"{v:.1f}" for v in stats["trials_per_run"]],
+        "epochs recomputed": stats["recomputed_epochs"],
+        "wall time per run (s)": [f"{v:.1f}" for v in stats["wall_s_per_run"]],
+        "device-hours per run": [_number(v) for v in stats["device_hours_per_run"]]})
     note = (f"n: seeds with a full-fidelity result. Target: {_name(ref)}'s median final {unit} "
-            f"({_g(summary['target'])}). Budget to target: the first consumed budget (full "
+            f"({_number(summary['target'])}). Budget to target: the first consumed budget (full "
             "evaluations) at which a run's incumbent reached it, median over seeds (the lower "
             "middle value for an even count, i.e. the budget by which at least half the runs got "
             f"there); runs that never reached it count as not reached. Speed-up: {ref}'s budget "
@@ -227,21 +229,21 @@ def _finals(summary: dict, metric: str, unit: str) -> list[tuple]:
 def _significance(summary: dict, unit: str) -> list[tuple]:
     """Mann-Whitney U tests of every strategy against the reference, and their verdicts."""
     ref, name = summary["reference"], _name(summary["reference"])
-    b = [("h2", f"Significance against {name}"),
-         ("p", "Mann-Whitney U test, two-sided, of each strategy's final incumbents (one per seed) "
-               f"against {name}'s. Effect: difference of medians, strategy minus {ref} "
-               f"(negative: lower final {unit}). Verdicts use p < {ALPHA:g}.")]
-    tt = summary["tests"]
-    if tt.empty:
-        return b + [("p", "Not computed: " + (f"no {name} runs." if ref not in summary["strategies"] else
-                                              "fewer than 2 seeds with a result."))]
-    return b + [("table", pd.DataFrame({
-                    "strategy": tt["strategy"], "n": tt["n"], f"n {ref}": tt["n_reference"],
-                    f"median final {unit}": [_g(v) for v in tt["median"]],
-                    f"{ref}'s median": [_g(v) for v in tt["median_reference"]],
-                    "difference of medians": [_g(v) for v in tt["delta_median"]],
-                    "p (Mann-Whitney U, two-sided)": [f"{v:.2g}" for v in tt["p"]]})),
-                ("ul", _verdicts(summary, unit))]
+    blocks = [("h2", f"Significance against {name}"),
+              ("p", "Mann-Whitney U test, two-sided, of each strategy's final incumbents (one per seed) "
+                    f"against {name}'s. Effect: difference of medians, strategy minus {ref} "
+                    f"(negative: lower final {unit}). Verdicts use p < {ALPHA:g}.")]
+    tests = summary["tests"]
+    if tests.empty:
+        return blocks + [("p", "Not computed: " + (f"no {name} runs." if ref not in summary["strategies"] else
+                                                   "fewer than 2 seeds with a result."))]
+    return blocks + [("table", pd.DataFrame({
+                         "strategy": tests["strategy"], "n": tests["n"], f"n {ref}": tests["n_reference"],
+                         f"median final {unit}": [_number(v) for v in tests["median"]],
+                         f"{ref}'s median": [_number(v) for v in tests["median_reference"]],
+                         "difference of medians": [_number(v) for v in tests["delta_median"]],
+                         "p (Mann-Whitney U, two-sided)": [f"{v:.2g}" for v in tests["p"]]})),
+                     ("ul", _verdicts(summary, unit))]
 
 
 def _blocks(runs, exp, prov, summary, figures: dict) -> list[tuple]:
@@ -249,23 +251,23 @@ def _blocks(runs, exp, prov, summary, figures: dict) -> list[tuple]:
     metric = exp.get("metric", "loss")
     unit = "regret" if exp.get("regret") else metric
     strategies = summary["strategies"]
-    b = [("h1", f"Strategy comparison: {exp.get('name', '')} on {exp.get('benchmark', '')}"),
-         ("p", exp.get("description", "")),
-         ("h2", "What was measured"), ("ul", _measured(runs, exp, prov, strategies)),
-         ("h2", "Anytime performance"), ("img", figures["anytime"], "incumbent against budget and time"),
-         *_finals(summary, metric, unit)]
+    blocks = [("h1", f"Strategy comparison: {exp.get('name', '')} on {exp.get('benchmark', '')}"),
+              ("p", exp.get("description", "")),
+              ("h2", "What was measured"), ("ul", _measured(runs, exp, prov, strategies)),
+              ("h2", "Anytime performance"), ("img", figures["anytime"], "incumbent against budget and time"),
+              *_finals(summary, metric, unit)]
     short = stopped_early(summary["per_run"], exp, strategies)
-    b += [("h2", "Runs that ended before the budget"),
-          ("ul", short) if short else ("p", "Every run used its budget (to within one full evaluation).")]
-    b += _significance(summary, unit)
+    blocks += [("h2", "Runs that ended before the budget"),
+               ("ul", short) if short else ("p", "Every run used its budget (to within one full evaluation).")]
+    blocks += _significance(summary, unit)
     best = best_configs(runs, exp, strategies, summary["sign"])
-    b += [("h2", "What was found"), ("p", "Best full-fidelity result of each strategy over all its seeds."),
-          ("table", best.apply(lambda col: col.map(_g)) if len(best) else pd.DataFrame())]
+    blocks += [("h2", "What was found"), ("p", "Best full-fidelity result of each strategy over all its seeds."),
+               ("table", best.apply(lambda col: col.map(_number)) if len(best) else pd.DataFrame())]
     if "scatter" in figures:
-        b.append(("img", figures["scatter"], "learning rate against batch size, coloured by loss"))
-    b += [("h2", "Provenance"), ("table", pd.DataFrame(list(flatten(prov)), columns=["key", "value"]))
-          if prov else ("p", "provenance.json is missing: where these numbers came from is not recorded.")]
-    return b
+        blocks.append(("img", figures["scatter"], "learning rate against batch size, coloured by loss"))
+    blocks += [("h2", "Provenance"), ("table", pd.DataFrame(list(flatten(prov)), columns=["key", "value"]))
+               if prov else ("p", "provenance.json is missing: where these numbers came from is not recorded.")]
+    return blocks
 
 
 def flatten(d: dict, prefix: str = ""):

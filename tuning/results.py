@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from tuning import atomic
+
 log = logging.getLogger(__name__)
 
 # Per-epoch columns kept from Tune's result rows, in this order.
@@ -171,37 +173,31 @@ class WriteError(Exception):
         self.path = path
 
 
-def _atomic(path: Path, write) -> None:
-    """Write to a temporary name, then rename: a crash or a full disk never leaves a half-written
-    file, and the previous one stays whole."""
-    tmp = path.with_name(f".{path.name}.tmp")
+def write_atomic(path: Path, write) -> None:
+    """write(tmp) writes the content, which then replaces `path` whole (tuning.atomic); a file that
+    cannot be written raises WriteError, naming it."""
     try:
-        write(tmp)
-        os.replace(tmp, path)
+        atomic.write_atomically(path, write)
     except OSError as exc:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         raise WriteError(path, exc) from None
 
 
 def write_text(path: Path, text: str) -> None:
-    _atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
+    write_atomic(path, lambda p: p.write_text(text, encoding="utf-8"))
 
 
 def write_bytes(path: Path, data: bytes) -> None:
-    _atomic(path, lambda p: p.write_bytes(data))
+    write_atomic(path, lambda p: p.write_bytes(data))
 
 
 def write_json(path: Path, obj) -> None:
-    _atomic(path, lambda p: p.write_text(json.dumps(obj, indent=2, default=str) + "\n"))
+    write_atomic(path, lambda p: p.write_text(json.dumps(obj, indent=2, default=str) + "\n"))
 
 
 def write_tables(results_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame) -> None:
     for name, df in (("trials", trials), ("epochs", epochs)):
-        _atomic(results_dir / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False))
-        _atomic(results_dir / f"{name}.parquet", lambda p, df=df: df.to_parquet(p, index=False))
+        write_atomic(results_dir / f"{name}.csv", lambda p, df=df: df.to_csv(p, index=False))
+        write_atomic(results_dir / f"{name}.parquet", lambda p, df=df: df.to_parquet(p, index=False))
 
 
 def versions() -> dict:

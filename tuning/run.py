@@ -1,7 +1,7 @@
 """``python -m tuning.run --space NAME``: tune a search space with Ray Tune.
 
-The CLI parses and checks flags, then calls the library: data (tuning.data), Ray (tuning.backend),
-tables (tuning.results). Bad input exits with code 2 and one line saying what to change.
+The CLI parses and checks flags, makes the run's plan, then calls the library: tuning.session runs
+it (data, Ray through tuning.backend, tables, report). Bad input exits with code 2 and one line saying what to change.
 """
 
 from __future__ import annotations
@@ -10,11 +10,10 @@ import argparse
 import json
 import logging
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from tuning import cli, data, growth, results, spaces
+from tuning import cli, data, growth, results, session, spaces
 from tuning.cli import UsageError
 from tuning.trainer import PRECISIONS
 from tuning.backend import ClusterError as _ClusterError  # no Ray import: that waits for a valid run
@@ -30,11 +29,8 @@ SMOKE = {"num_samples": 8, "max_epochs": 2, "grid_repeats": 1, "synthetic_train"
 SMOKE_HYPERBAND = {**SMOKE, "num_samples": 9, "max_epochs": 3}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = cli.Parser(prog="python -m tuning.run", description=__doc__.split("\n\n")[0],
-                epilog="Flags override what the space file declares.")
-    p.add_argument("--space", help="search space: a module under search_spaces/ (e.g. cifar_asha); required "
-                                   "unless --resume")
+def _add_growth_flags(p: argparse.ArgumentParser) -> None:
+    """Flags that continue or grow a search: --resume, --add-samples, --warm-start, --time-budget."""
     p.add_argument("--resume", metavar="DIR",
                    help="continue the unfinished experiment in this results dir (after a crash or Ctrl-C), "
                         "with the settings it was started with; with --add-samples, a finished one too")
@@ -51,6 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop once the run has run this long (90s, 30m, 2h; downtime between a stop and "
                         "--resume does not count): no trial starts after it, running trials pause at their "
                         "next epoch with their checkpoints; on --resume, the new total budget")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = cli.Parser(prog="python -m tuning.run", description=__doc__.split("\n\n")[0],
+                epilog="Flags override what the space file declares.")
+    p.add_argument("--space", help="search space: a module under search_spaces/ (e.g. cifar_asha); required "
+                                   "unless --resume")
+    _add_growth_flags(p)
     p.add_argument("--strategy", choices=spaces.STRATEGIES,
                    help="search strategy, overriding the space's: grid (grid search, FIFO), random "
                         "(random search, FIFO), asha (random search + ASHA), hyperband (random search + "
@@ -190,14 +194,6 @@ def _precision(space: spaces.Space, flag: str | None) -> str | None:
     return value
 
 
-def _with_precision(space: spaces.Space, plan: dict) -> spaces.Space:
-    """The space as its trials run it: the recorded precision among the trainer's fixed arguments
-    (on --resume too, so the flag keeps its effect)."""
-    if not plan.get("precision"):
-        return space
-    return space.replace(fixed={**space.fixed, "precision": plan["precision"]})
-
-
 def _data_banner(source: data.DataSource) -> str:
     if source.kind == "synthetic":
         return (f"DATA: SYNTHETIC CIFAR-10-shaped images ({source.root}); no real CIFAR-10 was used, "
@@ -261,7 +257,7 @@ def _main(argv: list[str]) -> int:
     created = _prepare_results_dir(results_dir)
     lock = _lock(results_dir)
     try:
-        source, backend, cluster = _data_and_ray(space, plan, args)
+        source, cluster = session.start(space, plan, address=args.address, worker_logs=args.worker_logs)
         cpus, gpus, workers = _resources(space, args, cluster)
     except BaseException:
         lock.release()
@@ -276,19 +272,7 @@ def _main(argv: list[str]) -> int:
         total = spaces.grid_size(space) * num_samples
         print(f"Grid search: {points} = {spaces.grid_size(space)} points x {num_samples} "
               f"repeat{'s' * (num_samples > 1)} = {total} trials", flush=True)
-    return _execute(space, plan, source, results_dir, backend, resume=False)
-
-
-def _data_and_ray(space: spaces.Space, plan: dict, args):
-    source = None  # synthetic benchmarks need no data
-    if space.trainer == "cifar":
-        source = data.prepare(**plan["data_args"])
-    from tuning import backend  # importing Ray costs seconds: only once the flags are good
-
-    backend.start_ray(address=args.address, worker_logs=args.worker_logs)
-    cluster = backend.cluster_info()
-    plan["address"] = cluster["address"] if args.address else None
-    return source, backend, cluster
+    return _execute(space, plan, source, results_dir, resume=False)
 
 
 def _resume(args) -> int:
@@ -311,10 +295,10 @@ def _resume(args) -> int:
         more = _extension(space, plan, args.add_samples)
         if args.time_budget is not None:  # a new total; what earlier segments used still counts
             plan["time_budget_s"] = args.time_budget
-        source, backend, _ = _data_and_ray(space, plan, args)
+        source, _ = session.start(space, plan, address=args.address, worker_logs=args.worker_logs)
         what = f"Adding {more} trials to" if more else "Resuming"
         print(f"{what} {plan['space']} ({plan['strategy']}) in {results_dir}", flush=True)
-        return _execute(space, plan, source, results_dir, backend, resume=True, add_samples=more)
+        return _execute(space, plan, source, results_dir, resume=True, add_samples=more)
     finally:
         lock.release()
 
@@ -348,134 +332,42 @@ def _warm_start(space: spaces.Space, strategy: str, args) -> dict | None:
             "configs": [] if strategy == "bohb" else growth.best_configs(runs, space, args.warm_start_top)}
 
 
-def _warm(space: spaces.Space, plan: dict, resume: bool) -> dict:
-    """RunSpec's warm start: on a first segment only (a resume restores the search's own state)."""
-    warm = plan.get("warm_start")
-    if not warm or resume:
-        return {}
-    if plan["strategy"] != "bohb":
-        return {"warm_points": warm["configs"]}
-    return {"warm_rows": growth.all_rows(growth.earlier_runs(warm["dirs"], space))}
-
-
-def _time_used(results_dir: Path, plan: dict, used: float) -> None:
-    plan["time_used_s"] = used
-    results.write_json(results_dir / "run.json", plan)
-
-
-def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, backend, *, resume: bool,
+def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, *, resume: bool,
              add_samples: int = 0) -> int:
     from tuning import runreport  # matplotlib, scipy: only for a run that goes ahead
 
-    space = _with_precision(space, plan)
     if source is not None:
         log.warning(_data_banner(source))
-    started = time.time()
-    smoke = plan["smoke"]
-    if not resume:
-        plan.update(data={"kind": source.kind, "root": source.root} if source else
-                    {"kind": f"benchmark:{space.trainer}"}, fixed=dict(space.fixed),
-                    versions=results.versions(), git_commit=results.git_commit(),
-                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-                    metric=space.metric, mode=space.mode, params=runreport.declarations(space))
-    plan.update(status="running", resumes=plan.get("resumes", -1) + 1)
-    results.write_json(results_dir / "run.json", plan)
-    print(f"Live report: {results_dir / 'report.html'} (rewritten every {runreport.RELOAD_S} s while the run goes)",
-          flush=True)
-    spec = backend.RunSpec(
-        space=space, strategy=plan["strategy"], num_samples=plan["num_samples"], max_epochs=plan["max_epochs"],
-        seed=plan["seed"], cpus_per_trial=plan["resources_per_trial"]["cpu"],
-        gpus_per_trial=plan["resources_per_trial"]["gpu"], source=source, results_dir=results_dir,
-        workers_per_trial=plan["workers_per_trial"], max_train=smoke.get("max_train"),
-        max_val=smoke.get("max_val"), max_failures=plan["max_failures"], resume=resume,
-        storage_path=plan.get("storage_path"), tune_logs=plan.get("tune_logs", False),
-        progress_every_s=runreport.RELOAD_S,
-        on_progress=lambda records: runreport.write_from_records(results_dir, records, plan, live=True),
-        add_samples=add_samples, extension=len(plan.get("extensions", [])), **_warm(space, plan, resume),
-        time_budget_s=plan.get("time_budget_s"), time_used_s=plan.get("time_used_s", 0.0),
-        on_time_used=lambda used: _time_used(results_dir, plan, used))
-    records, interrupted = backend.run(spec)
-    backend.stop_ray()
-
-    params = list(space.params)
-    resources = plan["resources_per_trial"]
-    trials = results.trials_table(records, params, strategy=plan["strategy"], max_epochs=plan["max_epochs"],
-                                  metric=space.metric, mode=space.mode, cpus=resources["cpu"], gpus=resources["gpu"])
-    epochs = results.epochs_table(records, params)
-    results.write_tables(results_dir, trials, epochs)
-    unfinished = [r for r in records if r["status"] not in ("TERMINATED", "ERROR")] or interrupted
-    best = results.best_trial(trials, space.metric, space.mode)
-    if best is not None and source is not None and not unfinished:
-        best.update(_test_best(best, records, space, source, smoke.get("max_test")))
-    if best is not None:
-        results.write_json(results_dir / "best_config.json", {
-            "trial_id": best["trial_id"], "config": {p: best[p] for p in params}, "fixed": dict(space.fixed),
-            **{k: best.get(k) for k in ("loss", "accuracy", "epochs", "test_loss", "test_accuracy")}})
-    spent = unfinished and plan.get("time_budget_s") is not None and plan.get("time_used_s", 0) >= plan["time_budget_s"]
-    plan.update(status="time budget spent" if spent else "interrupted" if unfinished else "finished",
-                wall_time_s=round(plan.get("wall_time_s", 0) + time.time() - started, 1), trials=len(trials),
-                cpu_hours=float(trials["cpu_hours"].sum()) if len(trials) else 0.0,
-                gpu_hours=float(trials["gpu_hours"].sum()) if len(trials) else 0.0,
-                stopped_early=_count(trials, "stopped_early"), failed=_count(trials, "status", "ERROR"),
-                diverged=_count(trials, "diverged"), memory_growing=_count(trials, "memory_growing"),
-                resumed_trials=len(trials) - _count(trials, "resumed_at", ""),
-                recomputed_epochs=int(trials["recomputed_epochs"].sum()) if len(trials) else 0, best=best)
-    results.write_json(results_dir / "run.json", plan)
-    try:
-        runreport.write_report(results_dir, trials, epochs, plan)
-    except Exception as exc:  # the tables are written: a figure that fails must not lose the run's exit
-        log.warning("report.html not written (%s: %s); try again with python -m tuning.report %s",
-                    type(exc).__name__, exc, results_dir)
-    _print_summary(best, plan, source, results_dir, params)
-    if spent:
+    page = results_dir / "report.html"
+    outcome = session.execute(
+        space, plan, source, results_dir, resume=resume, add_samples=add_samples,
+        on_start=lambda: print(f"Live report: {page} (rewritten every {runreport.RELOAD_S} s while the run goes)",
+                               flush=True))
+    _print_summary(outcome.best, plan, source, results_dir, list(space.params))
+    if outcome.status == "time budget spent":
         print(f"\nTime budget spent: {plan['time_used_s']:.0f} s of running time against {plan['time_budget_s']:.0f} s. "
               "Trials not finished are paused with their checkpoints. Go on with:\n"
               f"  python -m tuning.run --resume {results_dir} --time-budget LONGER   (or --add-samples N)")
         return 0
-    if unfinished:
+    if outcome.status == "interrupted":
         print("\nInterrupted; the experiment's state is saved. Continue with:\n"
               f"  python -m tuning.run --resume {results_dir}")
         return cli.interrupted_status()
-    return 0 if _count(trials, "status", "TERMINATED") else 1  # non-zero only when no trial succeeded
+    return 0 if outcome.succeeded else 1  # non-zero only when no trial succeeded
 
 
-def _count(trials, column: str, value=True) -> int:
-    return int((trials[column] == value).sum()) if column in trials else 0
+def _metric_name(plan: dict) -> str:
+    return "loss" if plan["data"]["kind"] in ("cifar10", "synthetic") else "objective"
 
 
-def _test_best(best: dict, records: list[dict], space: spaces.Space, source: data.DataSource,
-               max_test: int | None) -> dict:
-    """Test-set accuracy of the best trial's final model: measured once, for the best config only."""
-    from tuning import trainer
-
-    ckpt = next((r["checkpoint"] for r in records if r["trial_id"] == best["trial_id"]), None)
-    if ckpt is None:
-        return {}
-    if "://" in ckpt:  # shared storage on a cluster: bring the checkpoint here first
-        import pyarrow.fs
-
-        with tempfile.TemporaryDirectory() as d:
-            pyarrow.fs.copy_files(ckpt, d)
-            state = trainer.read_checkpoint(d)
-    else:
-        state = trainer.read_checkpoint(ckpt)
-    test = data.load_test(source, max_test)
-    m = trainer.test_accuracy(state, test, width=space.fixed.get("width", 16))
-    return {"test_loss": m["loss"], "test_accuracy": m["accuracy"], "test_images": len(test)}
-
-
-def _metric_name(info: dict) -> str:
-    return "loss" if info["data"]["kind"] in ("cifar10", "synthetic") else "objective"
-
-
-def _print_summary(best, info: dict, source, results_dir: Path, params: list[str]) -> None:
-    print(f"\n{info['trials']} trials: {info['stopped_early']} stopped early by the scheduler, "
-          f"{info['failed']} failed, {info['resumed_trials']} paused and resumed from a checkpoint, "
-          f"{info['recomputed_epochs']} epochs recomputed")
-    print(f"  device time: {info['cpu_hours']:.3g} CPU-hours, {info['gpu_hours']:.3g} GPU-hours "
+def _print_summary(best, plan: dict, source, results_dir: Path, params: list[str]) -> None:
+    print(f"\n{plan['trials']} trials: {plan['stopped_early']} stopped early by the scheduler, "
+          f"{plan['failed']} failed, {plan['resumed_trials']} paused and resumed from a checkpoint, "
+          f"{plan['recomputed_epochs']} epochs recomputed")
+    print(f"  device time: {plan['cpu_hours']:.3g} CPU-hours, {plan['gpu_hours']:.3g} GPU-hours "
           "(each trial's resources times its running time)")
-    if info.get("memory_growing"):
-        print(f"  {info['memory_growing']} trial(s) grew in memory epoch after epoch: see memory_growing and "
+    if plan.get("memory_growing"):
+        print(f"  {plan['memory_growing']} trial(s) grew in memory epoch after epoch: see memory_growing and "
               "peak_rss_mb in trials.csv; a tensor kept alive across steps is the usual cause")
     if best is None:
         print("No trial reported a result.")
@@ -483,7 +375,7 @@ def _print_summary(best, info: dict, source, results_dir: Path, params: list[str
         cfg = ", ".join(f"{p}={best[p]:.4g}" if isinstance(best[p], float) else f"{p}={best[p]}" for p in params)
         print(f"Best trial {best['trial_id']}: {cfg}")
         acc = f", accuracy {best['accuracy']:.4f}" if best.get("accuracy") is not None else ""
-        print(f"  validation {_metric_name(info)} {best['loss']:.4f}{acc} after {best['epochs']} epochs")
+        print(f"  validation {_metric_name(plan)} {best['loss']:.4f}{acc} after {best['epochs']} epochs")
         if best.get("test_accuracy") is not None:
             print(f"  test loss {best['test_loss']:.4f}, accuracy {best['test_accuracy']:.4f} "
                   f"on {best['test_images']} test images")

@@ -148,7 +148,8 @@ def importance(trials: pd.DataFrame, decls: dict, *, metric: str, mode: str, max
 
 # ---------------------------------------------------------------- text
 
-def _g(v) -> str:
+def _cell(v) -> str:
+    """A value as a table cell: 4 significant digits, empty for a missing one."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return ""
     return f"{v:.4g}" if isinstance(v, float) else str(v)
@@ -156,7 +157,7 @@ def _g(v) -> str:
 
 def _outcome(row) -> str:
     text = {"full": "full budget", "early": "stopped early", "diverged": "diverged",
-            "failed": f"failed: {_g(row.get('error'))}", "running": str(row["status"]).lower()}[runplots.fate(row)]
+            "failed": f"failed: {_cell(row.get('error'))}", "running": str(row["status"]).lower()}[runplots.fate(row)]
     back = runplots.resumed_epochs(row.get("resumed_at"))
     return text + (f"; paused, resumed at epoch {', '.join(map(str, back))}" if back else "")
 
@@ -166,7 +167,7 @@ def _trials_block(trials: pd.DataFrame, params: list[str], metric: str) -> pd.Da
     out = trials[["trial_id", *params, *cols, "epochs"]].copy()
     out["outcome"] = trials.apply(_outcome, axis=1)
     out["wall time (s)"] = trials.get("wall_time_s")
-    return out.apply(lambda c: c.map(_g))
+    return out.apply(lambda c: c.map(_cell))
 
 
 def _best_block(best: dict | None, params: list[str], metric: str) -> list[tuple]:
@@ -174,7 +175,7 @@ def _best_block(best: dict | None, params: list[str], metric: str) -> list[tuple
         return [("p", "No trial has reported a result yet.")]
     keys = ["trial_id", *params, *dict.fromkeys([metric, "loss", "accuracy"]), "epochs",
             "test_loss", "test_accuracy", "test_images"]
-    rows = [(k, _g(best.get(k))) for k in keys if best.get(k) is not None]
+    rows = [(k, _cell(best.get(k))) for k in keys if best.get(k) is not None]
     note = ("" if best.get("test_accuracy") is not None else
             "Test metrics: measured once the run has finished, for the best configuration of a CIFAR "
             "run only.")

@@ -1,9 +1,10 @@
 """Search-space declarations, and their compilation to what each search strategy consumes.
 
-A parameter declares its distribution once. The same declaration compiles to Tune distributions
-(random search, ASHA), to ``tune.grid_search`` lists (grid) and to a ConfigSpace space (BOHB), so
-the strategies being compared cannot drift apart. Spaces themselves are modules under
-``search_spaces/`` that define ``SPACE``.
+A parameter declares its distribution once. The same declaration gives grid points (grid search,
+walked lazily by tuning.backend), a ConfigSpace space (BOHB), and, in tuning.backend.strategies,
+Tune distributions (random search, ASHA), so the strategies being compared cannot drift apart.
+This module is plain data: no Ray. Spaces themselves are modules under ``search_spaces/`` that
+define ``SPACE``.
 """
 
 from __future__ import annotations
@@ -28,18 +29,29 @@ class SpaceError(Exception):
 
 
 @dataclass(frozen=True)
-class LogUniform:
-    """Continuous, sampled uniformly in log space; the grid is `grid` log-spaced points."""
+class _Range:
+    """A continuous range from low to high; its grid is `grid` points, spaced as the subclass says."""
 
     low: float
     high: float
-    grid: int = 4
+    grid: int = 3
+    positive = False  # whether low must be above 0 (a class setting, not a field)
 
     def __post_init__(self):
-        if not 0 < self.low < self.high:
-            raise SpaceError(f"LogUniform needs 0 < low < high, got low={self.low} high={self.high}")
+        kind = type(self).__name__
+        if not (0 < self.low < self.high if self.positive else self.low < self.high):
+            raise SpaceError(f"{kind} needs {'0 < ' if self.positive else ''}low < high, "
+                             f"got low={self.low} high={self.high}")
         if self.grid < 1:
-            raise SpaceError(f"LogUniform grid needs at least 1 point, got {self.grid}")
+            raise SpaceError(f"{kind} grid needs at least 1 point, got {self.grid}")
+
+
+@dataclass(frozen=True)
+class LogUniform(_Range):
+    """Continuous, sampled uniformly in log space; the grid is `grid` log-spaced points."""
+
+    grid: int = 4
+    positive = True
 
     def grid_values(self) -> list[float]:
         if self.grid == 1:
@@ -48,18 +60,8 @@ class LogUniform:
 
 
 @dataclass(frozen=True)
-class Uniform:
+class Uniform(_Range):
     """Continuous, sampled uniformly; the grid is `grid` evenly spaced points."""
-
-    low: float
-    high: float
-    grid: int = 3
-
-    def __post_init__(self):
-        if not self.low < self.high:
-            raise SpaceError(f"Uniform needs low < high, got low={self.low} high={self.high}")
-        if self.grid < 1:
-            raise SpaceError(f"Uniform grid needs at least 1 point, got {self.grid}")
 
     def grid_values(self) -> list[float]:
         if self.grid == 1:
@@ -181,7 +183,9 @@ def trainer_metrics(trainer: str) -> set[str] | None:
     return {"loss"}
 
 
-MAX_GRID_TRIALS = 100_000  # beyond this, Tune's grid expansion alone takes minutes and GBs
+# Beyond this a grid is more trials than one run should hold: Tune keeps every trial it creates in
+# memory and in each experiment snapshot.
+MAX_GRID_TRIALS = 100_000
 
 
 def check_grid(space: Space, repeats: int) -> int:
@@ -217,22 +221,6 @@ def _duplicate_keys(folder: Path, name: str, filename: str) -> None:
 
 
 # ---------------------------------------------------------------- compilation
-
-def to_tune(space: Space) -> dict:
-    """Tune's sampling distributions, for random search and ASHA."""
-    from ray import tune
-
-    def one(p: Param):
-        if isinstance(p, LogUniform):
-            return tune.loguniform(p.low, p.high)
-        if isinstance(p, Uniform):
-            return tune.uniform(p.low, p.high)
-        if isinstance(p, IntUniform):
-            return tune.randint(p.low, p.high + 1)  # Tune's upper bound is exclusive
-        return tune.choice(list(p.values))
-
-    return {k: one(p) for k, p in space.params.items()}
-
 
 def contains(p: Param, value) -> bool:
     """Whether `value` is one the declaration can produce (earlier runs' configurations are checked

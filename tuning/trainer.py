@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
+from tuning import atomic
 from tuning.data import Split
 
 log = logging.getLogger(__name__)
@@ -223,9 +224,7 @@ LEAK_ADVICE = ("a tensor kept alive across steps is the usual cause: log losses 
 def write_checkpoint(state: dict, directory: str | os.PathLike) -> Path:
     """Atomically: a reader never sees a half-written file under the final name."""
     path = Path(directory) / CHECKPOINT_FILE
-    tmp = path.with_suffix(".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    atomic.write_atomically(path, lambda p: torch.save(state, p))
     return path
 
 
@@ -252,21 +251,8 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
     if batch_size % world_size:
         raise ValueError(f"batch_size {batch_size} does not split evenly over {world_size} ranks")
     local_batch = batch_size // world_size
-    torch.manual_seed(seed)
-    model = make_model(width).to(device, memory_format=torch.channels_last)
-    opt = make_optimizer(optimizer, model.parameters(), lr=lr, weight_decay=weight_decay)
-    start = 0
-    if state is not None:  # a checkpoint from any world size: the state is the unwrapped model's
-        model.load_state_dict(state["model"])
-        # A copy: load_state_dict keeps the given tensors where it can, and under DDP those sit in
-        # shared memory, so every rank would step the same momentum buffers.
-        opt.load_state_dict(copy.deepcopy(state["optimizer"]))
-        start = int(state["epoch"])
-        log.info("resuming at epoch %d of %d", start + 1, epochs)
-    net = model
-    if world_size > 1:
-        net = nn.parallel.DistributedDataParallel(
-            model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True)
+    model, net, opt, start = _model(width, optimizer, lr=lr, weight_decay=weight_decay, seed=seed, device=device,
+                                    state=state, epochs=epochs, world_size=world_size)
     check_input(train.x[:1])
     if device.type == "cuda":  # keep the whole split on the GPU, as airbench does: no per-batch copies
         train, val = Split(train.x.to(device), train.y.to(device)), Split(val.x.to(device), val.y.to(device))
@@ -277,32 +263,10 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
                                  seed=seed, drop_last=True)
     metrics: dict[str, float] = {}
     for epoch in range(start, epochs):
-        sampler.set_epoch(epoch)
-        mine = torch.tensor(list(sampler), dtype=torch.long)
-        # Augmentation is drawn per image, from (seed, epoch) alone: the same at any world size,
-        # and a run resumed from a checkpoint sees the batches an uninterrupted one would.
-        gen = torch.Generator().manual_seed(seed * 100_003 + epoch)
-        flips = torch.rand(len(train), generator=gen) < 0.5
-        shifts = torch.randint(0, 2 * PAD + 1, (len(train), 2), generator=gen)
+        order = _epoch_order(sampler, epoch, seed, len(train))
         t0 = time.perf_counter()
-        net.train()
-        loss_sum, seen = 0.0, 0
-        for i in range(0, len(mine) - local_batch + 1, local_batch):  # drop the ragged last batch
-            idx = mine[i:i + local_batch]
-            didx = idx.to(train.x.device)
-            x = _to_device(augment(train.x[didx], flips[idx].to(train.x.device), shifts[idx]), device)
-            y = train.y[didx].to(device, non_blocking=True)
-            with autocast(dtype, device):
-                loss = F.cross_entropy(net(x), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            step_loss = loss.item()  # .item(): never keep the graph alive for logging
-            loss_sum += step_loss * len(idx)
-            seen += len(idx)
-            if world_size == 1 and not math.isfinite(step_loss):
-                break  # diverged: the rest of the epoch would be NaN too (ranks decide together below)
-        loss_sum, seen = _all_sum([loss_sum, seen], world_size, device)
+        loss_sum, seen = _train_epoch(net, opt, train, order, local_batch=local_batch, device=device, dtype=dtype,
+                                      world_size=world_size)
         t1 = time.perf_counter()
         if not math.isfinite(loss_sum):  # the summed loss is NaN/inf on every rank alike
             metrics = {"loss": math.nan, "accuracy": math.nan, "diverged": True, "epoch": epoch + 1,
@@ -323,7 +287,65 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
     return metrics
 
 
-def test_accuracy(state: dict, test: Split, *, width: int = 16, device: str = "cpu",
+def _model(width: int, optimizer: str, *, lr: float, weight_decay: float, seed: int, device: torch.device,
+           state: dict | None, epochs: int, world_size: int):
+    """(model, net, optimizer, first epoch): the seeded model, restored from `state` if given, and
+    `net`, the model as training steps it (wrapped in DDP when world_size > 1)."""
+    torch.manual_seed(seed)
+    model = make_model(width).to(device, memory_format=torch.channels_last)
+    opt = make_optimizer(optimizer, model.parameters(), lr=lr, weight_decay=weight_decay)
+    start = 0
+    if state is not None:  # a checkpoint from any world size: the state is the unwrapped model's
+        model.load_state_dict(state["model"])
+        # A copy: load_state_dict keeps the given tensors where it can, and under DDP those sit in
+        # shared memory, so every rank would step the same momentum buffers.
+        opt.load_state_dict(copy.deepcopy(state["optimizer"]))
+        start = int(state["epoch"])
+        log.info("resuming at epoch %d of %d", start + 1, epochs)
+    net = model
+    if world_size > 1:
+        net = nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, gradient_as_bucket_view=True)
+    return model, net, opt, start
+
+
+def _epoch_order(sampler: DistributedSampler, epoch: int, seed: int, n: int):
+    """(this rank's image indices, every image's flip, every image's shift) for one epoch."""
+    sampler.set_epoch(epoch)
+    mine = torch.tensor(list(sampler), dtype=torch.long)
+    # Augmentation is drawn per image, from (seed, epoch) alone: the same at any world size,
+    # and a run resumed from a checkpoint sees the batches an uninterrupted one would.
+    gen = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    flips = torch.rand(n, generator=gen) < 0.5
+    shifts = torch.randint(0, 2 * PAD + 1, (n, 2), generator=gen)
+    return mine, flips, shifts
+
+
+def _train_epoch(net: nn.Module, opt: torch.optim.Optimizer, train: Split, order, *, local_batch: int,
+                 device: torch.device, dtype, world_size: int) -> list[float]:
+    """One epoch of steps; [summed loss, images seen] over all ranks."""
+    mine, flips, shifts = order
+    net.train()
+    loss_sum, seen = 0.0, 0
+    for i in range(0, len(mine) - local_batch + 1, local_batch):  # drop the ragged last batch
+        idx = mine[i:i + local_batch]
+        didx = idx.to(train.x.device)
+        x = _to_device(augment(train.x[didx], flips[idx].to(train.x.device), shifts[idx]), device)
+        y = train.y[didx].to(device, non_blocking=True)
+        with autocast(dtype, device):
+            loss = F.cross_entropy(net(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        step_loss = loss.item()  # .item(): never keep the graph alive for logging
+        loss_sum += step_loss * len(idx)
+        seen += len(idx)
+        if world_size == 1 and not math.isfinite(step_loss):
+            break  # diverged: the rest of the epoch would be NaN too (ranks decide together below)
+    return _all_sum([loss_sum, seen], world_size, device)
+
+
+def evaluate_test(state: dict, test: Split, *, width: int = 16, device: str = "cpu",
                   precision: str = "auto") -> dict[str, float]:
     """Evaluate a checkpointed model on the held-out test images."""
     model = make_model(width).to(device, memory_format=torch.channels_last)

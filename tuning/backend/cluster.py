@@ -6,6 +6,8 @@ Part of tuning.backend (every Ray call of the project lives in this package).
 from __future__ import annotations
 
 import logging
+import os
+import sys
 
 
 class _DropNoise(logging.Filter):
@@ -51,10 +53,9 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
                            "start one with `ray start --head` on that machine, or fix the address") from None
 
 
-def start_ray(num_cpus: int | None = None, address: str | None = None,
-              worker_logs: bool = False) -> dict:
-    """Start a local Ray, or join the running cluster at `address` ("auto" or HOST:PORT), and
-    return its resources as {"CPU": n, "GPU": n, ...}.
+def start_ray(address: str | None = None, worker_logs: bool = False) -> None:
+    """Start a local Ray, or join the running cluster at `address` ("auto" or HOST:PORT); what it
+    offers is cluster_info()'s to tell.
 
     Trial processes' output is not forwarded unless worker_logs: it is mostly Ray's own INFO
     lines and SIGTERM tracebacks of actors shut down at the end, and it buried the progress
@@ -72,7 +73,7 @@ def start_ray(num_cpus: int | None = None, address: str | None = None,
         if address is None:
             # "local": a new Ray of its own, even when `ray start` left a cluster on this machine
             # (ray.init() alone joins that one; --address auto is the way to ask for it).
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs)
+            ray.init(address="local", include_dashboard=False, log_to_driver=worker_logs)
         else:
             if address != "auto":
                 _check_reachable(address)
@@ -84,7 +85,6 @@ def start_ray(num_cpus: int | None = None, address: str | None = None,
         if callable(sigterm):
             signal.signal(signal.SIGTERM, sigterm)
         quiet_ray_logging()
-    return dict(ray.cluster_resources())
 
 
 AUTH_REFUSED = ("--address {address}: the cluster refused this driver's auth token (missing or wrong); put the "
@@ -97,8 +97,6 @@ def _check_token(address: str) -> None:
     refused, after 20 s of retries. So ask the head (one GCS call, milliseconds) whether it
     wants a token, and whether it takes ours. Turning token mode on for a head that has auth off
     is no fix either: its workers then cannot call the driver, and every trial's actor dies."""
-    import os
-
     from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
 
     if not _auth_refused(address):
@@ -113,9 +111,6 @@ def _check_token(address: str) -> None:
 
 
 def _auth_refused(address: str) -> bool:
-    import os
-    import sys
-
     from ray._raylet import GcsClient
     from ray.exceptions import AuthenticationError
 

@@ -19,6 +19,7 @@ import itertools
 import pickle
 
 import numpy as np
+from ray import tune
 from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search import BasicVariantGenerator, SearchGenerator, Searcher
 from ray.tune.search.basic_variant import _TrialIterator
@@ -26,6 +27,21 @@ from ray.tune.search.basic_variant import _TrialIterator
 from tuning import spaces
 from tuning.backend.budget import TimeGate
 from tuning.backend.hyperband import PaperBOHB, PaperHyperBand, PauseEveryResult
+
+
+def to_tune(space: spaces.Space) -> dict:
+    """The space's declarations as Tune's sampling distributions, for random search and ASHA."""
+
+    def one(p: spaces.Param):
+        if isinstance(p, spaces.LogUniform):
+            return tune.loguniform(p.low, p.high)
+        if isinstance(p, spaces.Uniform):
+            return tune.uniform(p.low, p.high)
+        if isinstance(p, spaces.IntUniform):
+            return tune.randint(p.low, p.high + 1)  # Tune's upper bound is exclusive
+        return tune.choice(list(p.values))
+
+    return {k: one(p) for k, p in space.params.items()}
 
 
 class Fifo(TimeGate, FIFOScheduler):
@@ -162,7 +178,7 @@ def build(spec, budget=None):
             metric=space.metric, mode=space.mode, max_t=spec.max_epochs,
             grace_period=min(space.grace_period, spec.max_epochs), reduction_factor=space.reduction_factor)
         search = RandomSearch(random_state=seed, more=more, points_to_evaluate=spec.warm_points or None)
-        config = spaces.to_tune(space)
+        config = to_tune(space)
     elif strategy in ("hyperband", "bohb"):
         model = None
         if strategy == "bohb":
@@ -176,7 +192,7 @@ def build(spec, budget=None):
         search = (SearcherSearch(model, scheduler=scheduler, more=more) if model else
                   RandomSearch(scheduler=scheduler, random_state=seed, more=more,
                                points_to_evaluate=spec.warm_points or None))
-        config = {} if model else spaces.to_tune(space)
+        config = {} if model else to_tune(space)
     else:
         raise spaces.SpaceError(f"strategy {strategy!r} unknown: use one of {', '.join(spaces.STRATEGIES)}")
     if spec.pause_every_result:  # tuning.bench: random proposals, each trial paused after every result

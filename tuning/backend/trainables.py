@@ -1,6 +1,7 @@
 """The trainables Tune runs: adapters from the project's trainers to Tune's report/checkpoint API.
 
-Part of tuning.backend (every Ray call of the project lives in this package). A trial here
+Part of tuning.backend (every Ray call of the project lives in this package), imported lazily by
+it when Tune is used: it imports Ray and torch. A trial here
 restores from its newest readable checkpoint, reports each epoch with a checkpoint, stops itself
 when its metric diverges (reporting a finite worst case instead of NaN), and turns a CUDA
 out-of-memory error into a message naming the configuration.
@@ -16,8 +17,14 @@ import uuid
 from collections import OrderedDict
 from pathlib import Path
 
-from tuning import spaces
-from tuning.data import DataSource
+import ray
+import torch
+from ray import tune
+
+from tuning import distributed, spaces, trainer
+from tuning.backend.tune_parts import SyntheticBenchmark
+from tuning.benchmarks import BENCHMARKS
+from tuning.data import DataSource, load_train_val
 
 log = logging.getLogger(__name__)
 
@@ -36,8 +43,6 @@ TOKEN_FILE = "state.token"
 
 
 def _remember(state: dict, directory: str) -> None:
-    import torch
-
     token = uuid.uuid4().hex
     (Path(directory) / TOKEN_FILE).write_text(token)
     # A copy: training goes on updating the tensors the trainer handed over.
@@ -58,8 +63,6 @@ def restore(checkpoint) -> dict | None:
     """The newest checkpoint that loads: Tune's latest, or, when that one is truncated or
     corrupt (a crash mid-write on a non-atomic filesystem, a full disk), the one before it
     (Tune keeps two), or None to start over. Each fallback is logged."""
-    from tuning import trainer
-
     if checkpoint is None:
         return None
     latest = Path(checkpoint.path)
@@ -83,6 +86,20 @@ def restore(checkpoint) -> dict | None:
     return None
 
 
+def trainable(spec):
+    """What each trial of spec (a backend.RunSpec) runs: a synthetic benchmark's class Trainable,
+    or train_function around the space's trainer."""
+    space = spec.space
+    if space.trainer in BENCHMARKS:
+        return tune.with_parameters(SyntheticBenchmark, benchmark=space.trainer, max_t=spec.max_epochs,
+                                    seed=spec.seed)
+    return tune.with_parameters(
+        train_function, trainer_name=space.trainer, source=spec.source, max_epochs=spec.max_epochs,
+        fixed=dict(space.fixed), seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
+        metric=space.metric, diverged_value=space.diverged_value, workers=spec.workers_per_trial,
+        max_train=spec.max_train, max_val=spec.max_val)
+
+
 def _user_trainer(name: str):
     module, _, function = name.partition(":")
     return getattr(importlib.import_module(module), function)
@@ -97,16 +114,28 @@ def train_function(config: dict, *, trainer_name: str, source: DataSource | None
     A CIFAR trial given several GPUs trains as one nccl rank per GPU; a CPU trial with workers > 1
     as that many gloo ranks sharing its CPUs. Either way rank 0's epochs come back here. A trial
     given a fraction of a GPU sees that one GPU in ray.get_gpu_ids() and trains on it alone."""
-    import ray
-    import torch
-    from ray import tune
-
-    from tuning import distributed, trainer
-
     params = {k: spaces.plain(v) for k, v in config.items()}
     state = restore(tune.get_checkpoint())
-    restored_epoch = int(state["epoch"]) if state else 0
+    report = _epoch_reporter(params, metric, diverged_value, restored_epoch=int(state["epoch"]) if state else 0)
+    kwargs = dict(**params, **fixed, epochs=max_epochs, seed=seed, state=state)
+    try:
+        if trainer_name != "cifar":
+            torch.set_num_threads(threads)
+            _user_trainer(trainer_name)(**kwargs, on_epoch=report)
+            return
+        _train_cifar(kwargs, source=source, max_train=max_train, max_val=max_val, threads=threads,
+                     workers=workers, on_epoch=report)
+    except _Diverged:
+        return
+    except torch.cuda.OutOfMemoryError as exc:
+        torch.cuda.empty_cache()  # give the memory back before the next trial in this process
+        share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)
+        raise RuntimeError(oom_message(params, str(exc), share)) from None
 
+
+def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restored_epoch: int):
+    """The trainer's on_epoch: each epoch's metrics to Tune with a checkpoint, or, for a diverged
+    epoch, a finite worst case and the end of the trial (_Diverged)."""
     rss: list[float] = []
     # Tune's node_ip cannot tell apart nodes sharing a machine (or an IP behind NAT); the id can.
     node_id = ray.get_runtime_context().get_node_id()
@@ -132,32 +161,25 @@ def train_function(config: dict, *, trainer_name: str, source: DataSource | None
             _remember(state, d)
             tune.report({**metrics, "diverged": False}, checkpoint=tune.Checkpoint.from_directory(d))
 
-    kwargs = dict(**params, **fixed, epochs=max_epochs, seed=seed, state=state)
-    try:
-        if trainer_name != "cifar":
-            torch.set_num_threads(threads)
-            _user_trainer(trainer_name)(**kwargs, on_epoch=report)
-            return
-        from tuning.data import load_train_val
+    return report
 
-        train, val = load_train_val(source, max_train, max_val)  # cached across trials in this process
-        kwargs.update(train=train, val=val)
-        gpus = ray.get_gpu_ids() if torch.cuda.is_available() else []
-        if len(gpus) > 1:
-            distributed.run(trainer.train_cifar, kwargs, world_size=len(gpus), backend="nccl",
-                            device_type="cuda", threads=max(1, threads // len(gpus)), on_epoch=report)
-        elif workers > 1:
-            distributed.run(trainer.train_cifar, kwargs, world_size=workers, backend="gloo",
-                            device_type="cpu", threads=max(1, threads // workers), on_epoch=report)
-        else:
-            torch.set_num_threads(threads)
-            trainer.train_cifar(**kwargs, device="cuda" if gpus else "cpu", on_epoch=report)
-    except _Diverged:
-        return
-    except torch.cuda.OutOfMemoryError as exc:
-        torch.cuda.empty_cache()  # the seed's advice: give the memory back before the next trial
-        share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)
-        raise RuntimeError(oom_message(params, str(exc), share)) from None
+
+def _train_cifar(kwargs: dict, *, source: DataSource, max_train: int | None, max_val: int | None,
+                 threads: int, workers: int, on_epoch) -> None:
+    """train_cifar on the trial's resources: one nccl rank per GPU, `workers` gloo ranks sharing
+    the CPUs, or this process alone."""
+    train, val = load_train_val(source, max_train, max_val)  # cached across trials in this process
+    kwargs = {**kwargs, "train": train, "val": val}
+    gpus = ray.get_gpu_ids() if torch.cuda.is_available() else []
+    if len(gpus) > 1:
+        distributed.run(trainer.train_cifar, kwargs, world_size=len(gpus), backend="nccl",
+                        device_type="cuda", threads=max(1, threads // len(gpus)), on_epoch=on_epoch)
+    elif workers > 1:
+        distributed.run(trainer.train_cifar, kwargs, world_size=workers, backend="gloo",
+                        device_type="cpu", threads=max(1, threads // workers), on_epoch=on_epoch)
+    else:
+        torch.set_num_threads(threads)
+        trainer.train_cifar(**kwargs, device="cuda" if gpus else "cpu", on_epoch=on_epoch)
 
 
 def oom_message(params: dict, error: str, gpu_share: float) -> str:
@@ -173,38 +195,3 @@ def oom_message(params: dict, error: str, gpu_share: float) -> str:
     else:
         fix = "lower batch_size or give trials more GPU memory"
     return f"CUDA out of memory with config {params}: {fix} ({first})"
-
-
-def benchmark_trainable():
-    """A synthetic benchmark as a class Trainable: an evaluation is a pure function of
-    (config, t, seed), so the only state is the iteration, which Tune itself checkpoints and
-    restores; Tune saves only when HyperBand pauses the trial, not after every result."""
-    from ray import tune
-
-    from tuning.benchmarks import BENCHMARKS
-
-    class SyntheticBenchmark(tune.Trainable):
-        def setup(self, config, *, benchmark: str, max_t: int, seed: int):
-            import ray
-
-            self.fn, self.max_t, self.seed = BENCHMARKS[benchmark].fn, max_t, seed
-            self.node_id = ray.get_runtime_context().get_node_id()
-            self.reset_config(config)
-
-        def reset_config(self, new_config):
-            self.params = {k: spaces.plain(v) for k, v in new_config.items()}
-            self.restored_from = 0
-            return True
-
-        def step(self):
-            t = self.iteration + 1
-            return {"loss": self.fn(self.params, t, self.max_t, self.seed), "epoch": t,
-                    "restored_from": self.restored_from, "node_id": self.node_id}
-
-        def save_checkpoint(self, checkpoint_dir: str):
-            return {"epoch": self.iteration}
-
-        def load_checkpoint(self, checkpoint):
-            self.restored_from = self.iteration  # Tune has restored the iteration already
-
-    return SyntheticBenchmark

@@ -1,0 +1,243 @@
+"""The pieces tuning.backend hands tune.run that subclass Ray's own: callbacks, a stopper, the
+progress reporter, the synthetic benchmarks' trainable, and the reading of a Tune trial back into
+plain data. Imported lazily, once, by tuning.backend when Tune is used: it imports Ray, and the
+CLIs answer --help and bad input without it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import pyarrow.fs
+import ray
+from ray import tune
+from ray.tune import Callback, CLIReporter
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
+from ray.tune.stopper import CombinedStopper, MaximumIterationStopper, Stopper
+
+from tuning import results, spaces
+from tuning.benchmarks import BENCHMARKS
+
+log = logging.getLogger(__name__)
+
+REPORTED = ["loss", "accuracy", "training_iteration"]
+
+
+class Recorder(Callback):
+    """Keeps every result in arrival order, with the run's wall clock: what a budget-vs-incumbent
+    curve needs, and what per-trial result files cannot say."""
+
+    def __init__(self):
+        self.rows: list[dict] = []
+        self.starts: dict[str, float] = {}  # trial id -> when Tune started it (wall_s)
+        self.started = time.monotonic()
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.starts.setdefault(trial.trial_id, time.monotonic() - self.started)
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        self.rows.append({**result, "trial_id": trial.trial_id, "wall_s": time.monotonic() - self.started,
+                          "config": {k: spaces.plain(v) for k, v in trial.config.items()}})
+
+
+class BudgetStopper(Stopper):
+    """Stops the whole run once its trials have trained budget_iterations iterations (epochs,
+    fidelity units) between them."""
+
+    def __init__(self, budget_iterations: int):
+        self.budget_iterations, self.used = budget_iterations, 0
+
+    def __call__(self, trial_id, result):
+        self.used += 1  # one result is one iteration of one trial
+        # Past the budget, stop each trial at its next result: stop_all alone lets the
+        # running trials report about a hundred more iterations (measured) before they stop.
+        return self.used >= self.budget_iterations
+
+    def stop_all(self):
+        return self.used >= self.budget_iterations
+
+
+def stopper(max_t: int, budget_iterations: int | None):
+    """Each trial stops at max_t; with a budget, the whole run stops at it too (BudgetStopper)."""
+    per_trial = MaximumIterationStopper(max_t)
+    if budget_iterations is None:
+        return per_trial
+    return CombinedStopper(per_trial, BudgetStopper(budget_iterations))
+
+
+class Reporter(CLIReporter):
+    """Tune's CLIReporter, made safe for trials Tune has not scheduled yet.
+
+    Its error table reads ``Trial.error_file`` of every trial, and in Ray 2.60 that raises
+    "Should not access `trial_driver_staging_path` without setting `trial_dir_name`" for a trial
+    Tune has added but not yet scheduled (its directory is assigned at scheduling). That crashed
+    runs with HyperBandForBOHB, whose pending and paused trials wait on each other. Assigning
+    the directory the way Tune does when it schedules the trial keeps both tables whole: every
+    trial's progress row, and every real error row."""
+
+    def report(self, trials, done, *sys_info):
+        for trial in trials:
+            if trial.storage.trial_dir_name is None:
+                trial.init_local_path()
+        super().report(trials, done, *sys_info)
+
+
+def reporter(space: spaces.Space, every_s: float = 30) -> Reporter:
+    """The progress table of a run of `space`, sorted by its metric."""
+    # A table at the first step, then at most every every_s (Tune's default, 5 s, printed 26 full
+    # tables in 2 minutes of a CIFAR run), and the final one: a short run still shows start and end.
+    return Reporter(metric_columns=REPORTED, parameter_columns=list(space.params), metric=space.metric,
+                    mode=space.mode, sort_by_metric=True, max_report_frequency=every_s)
+
+
+def tune_loggers() -> list:
+    """Tune's own per-trial loggers (result.json, progress.csv, TensorBoard): RunSpec.tune_logs."""
+    return [JsonLoggerCallback(), CSVLoggerCallback(), TBXLoggerCallback()]
+
+
+class Progress(Callback):
+    """Hands every trial's plain record to on_progress at the first step, then at most every
+    every_s seconds (counted from the end of the last call).
+
+    The records are read on the driver, between Tune's steps (Tune's trials are not thread-safe);
+    on_progress runs in a thread, one call at a time, so a slow one (a report's figures: seconds on
+    a loaded machine) neither holds up the trials waiting for the driver to take their results nor
+    makes Tune warn that a callback is a bottleneck. on_progress failing never stops the run: the
+    first failure is logged, later ones are not (they would repeat it every every_s). wait() joins
+    the call in flight."""
+
+    def __init__(self, rows_file: Path, every_s: float, on_progress: Callable[[list[dict]], None]):
+        self.rows_file, self.every_s, self.on_progress = rows_file, every_s, on_progress
+        self.next, self.warned, self.worker = 0.0, False, None  # the first at the first step
+
+    def on_step_end(self, iteration, trials, **info):
+        if time.monotonic() < self.next or (self.worker is not None and self.worker.is_alive()):
+            return
+        rows = results.read_rows(self.rows_file, quiet=True)
+        records = [trial_record(t, rows.get(t.trial_id, [])) for t in trials]
+        self.worker = threading.Thread(target=self._call, args=(records,), name="on_progress", daemon=True)
+        self.worker.start()
+
+    def _call(self, records: list[dict]) -> None:
+        began = time.monotonic()
+        try:
+            self.on_progress(records)
+        except Exception as exc:  # whatever it is, the trials go on
+            if not self.warned:
+                log.warning("on_progress failed (%s: %s); the run goes on, and later failures are not "
+                            "logged", type(exc).__name__, exc)
+                self.warned = True
+        # It takes CPU from the trials: keep that under a tenth of the time, however slow it gets.
+        took = time.monotonic() - began
+        self.next = time.monotonic() + max(self.every_s, 9 * took)
+
+    def wait(self) -> None:
+        if self.worker is not None:
+            self.worker.join()
+
+
+class RowLog(Callback):
+    """Appends every result to `path` (results.jsonl) as it arrives, before the step's experiment
+    snapshot: after a crash the file holds what the snapshot on storage knows, or more (the
+    snapshot is copied there in the background); a resume trains those epochs again, and the
+    tables count them as recomputed.
+
+    A row that cannot be written (a full disk) raises results.WriteError out of tune.run: Tune
+    calls this before it records the result and its checkpoint, so the saved experiment stays
+    behind the file, and a resume trains that epoch again and logs it then."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.error: results.WriteError | None = None
+        # A line cut short by a crash or a full disk must not swallow the next row.
+        if path.exists() and path.stat().st_size:
+            with open(path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":
+                    self._append("\n")
+
+    def _append(self, text: str) -> None:
+        try:
+            with open(self.path, "a") as f:
+                f.write(text)
+        except OSError as exc:
+            raise results.WriteError(self.path, exc) from None
+
+    def on_trial_result(self, iteration, trials, trial, result, **info):
+        try:
+            self._append(json.dumps({**result, "trial_id": trial.trial_id}, default=str) + "\n")
+        except results.WriteError as exc:
+            self.error = exc
+            raise
+
+
+def raising_write_errors(tune_run, rows: RowLog):
+    """tune.run, except that a row the `rows` callback could not write comes out as the
+    results.WriteError it is: Tune wraps a callback's exception in a TuneError of its traceback."""
+
+    def call(*args, **kwargs):
+        try:
+            return tune_run(*args, **kwargs)
+        except Exception:
+            if rows.error is not None:
+                raise rows.error from None
+            raise
+
+    return call
+
+
+class SyntheticBenchmark(tune.Trainable):
+    """A synthetic benchmark as a class Trainable: an evaluation is a pure function of
+    (config, t, seed), so the only state is the iteration, which Tune itself checkpoints and
+    restores; Tune saves only when HyperBand pauses the trial, not after every result."""
+
+    def setup(self, config, *, benchmark: str, max_t: int, seed: int):
+        self.fn, self.max_t, self.seed = BENCHMARKS[benchmark].fn, max_t, seed
+        self.node_id = ray.get_runtime_context().get_node_id()
+        self.reset_config(config)
+
+    def reset_config(self, new_config):
+        self.params = {k: spaces.plain(v) for k, v in new_config.items()}
+        self.restored_from = 0
+        return True
+
+    def step(self):
+        t = self.iteration + 1
+        return {"loss": self.fn(self.params, t, self.max_t, self.seed), "epoch": t,
+                "restored_from": self.restored_from, "node_id": self.node_id}
+
+    def save_checkpoint(self, checkpoint_dir: str):
+        return {"epoch": self.iteration}
+
+    def load_checkpoint(self, checkpoint):
+        self.restored_from = self.iteration  # Tune has restored the iteration already
+
+
+def _uri(fs, path: str) -> str:
+    """A local path as is; anything else as a URI that pyarrow.fs opens (s3://bucket/key)."""
+    return path if isinstance(fs, pyarrow.fs.LocalFileSystem) else f"{fs.type_name}://{path}"
+
+
+def trial_record(trial, rows: list[dict]) -> dict:
+    """What the tables need to know of a trial: its rows, status, error and checkpoint."""
+    error = None
+    if trial.status == "ERROR" and trial.error_file and Path(trial.error_file).exists():
+        lines = [ln for ln in Path(trial.error_file).read_text().splitlines() if ln.strip()]
+        error = lines[-1] if lines else "unknown error"
+    checkpoint = trial.checkpoint
+    return {
+        "trial_id": trial.trial_id,
+        "status": trial.status,
+        "config": {k: spaces.plain(v) for k, v in trial.config.items()},
+        "rows": rows,
+        "error": error,
+        "failures": int(trial.run_metadata.num_failures),
+        "checkpoint": _uri(checkpoint.filesystem, checkpoint.path) if checkpoint is not None else None,
+        "path": trial.path if trial.storage.trial_dir_name else None,  # None: not scheduled yet
+    }
