@@ -1,6 +1,6 @@
 """The benchmark suite end to end at its quick sizes: every section runs through the real paths
 (Ray, the CIFAR trainable, DDP ranks) and every figure comes out finite. Goals are not asserted:
-they are read from the output (README, Performance)."""
+they are read from the output (docs/performance.md)."""
 
 import csv
 import json
@@ -12,7 +12,7 @@ import pytest
 
 from tuning import bench
 
-# The goals README.md (Performance) sets, written out here: the CSV's goal column is checked against
+# The goals docs/performance.md sets, written out here: the CSV's goal column is checked against
 # the specification, not against the dict in tuning/bench.py that wrote it.
 GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50",
          "throughput_ratio_bs128": ">= 0.95", "throughput_ratio_bs512": ">= 0.95",

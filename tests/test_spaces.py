@@ -31,7 +31,7 @@ def test_cifar_asha_follows_the_seed():
     assert (space.metric, space.mode, space.grace_period, space.reduction_factor) == ("loss", "min", 1, 2)
     assert space.params["lr"] == LogUniform(1e-4, 1e-2, grid=4)
     assert isinstance(space.params["batch_size"], Choice)
-    assert min(space.params["batch_size"].values) >= 32  # not the seed's crawling 2-16
+    assert min(space.params["batch_size"].values) >= 32  # not a crawling 2-16
 
 
 def test_unknown_space_lists_the_available_ones():

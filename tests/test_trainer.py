@@ -132,7 +132,7 @@ def _assert_same_state(a, b):
 
 @pytest.fixture(scope="module")
 def small(splits):
-    """256 training and 128 validation images: bf16 runs 5-7x slower than fp32 on this CPU."""
+    """256 training and 128 validation images: bf16 runs several times slower than fp32 on a CPU."""
     train, val = splits
     return data.Split(train.x[:256], train.y[:256]), data.Split(val.x[:128], val.y[:128])
 

@@ -1,6 +1,6 @@
 """``python -m tuning.gpucheck`` (``make gpu-check``): every GPU measurement, in one go.
 
-A GPU machine may be lent for minutes, once; this runs everything on it and keeps whatever it
+Time on a GPU machine may be short; this runs everything in one go and keeps whatever it
 measured. Each step runs in its own process under a time cap (a hang or a CUDA crash costs that
 step only), prints its figures as it measures them, and appends them to steps/<step>.jsonl;
 after every step gpu-check.csv and gpu-check.json are written again from all of them. Steps:
@@ -42,7 +42,8 @@ SIZES = {
                 acc_epochs=60, asha=["--num-samples", "8", "--max-epochs", "4"]),
     "rehearse": dict(synthetic=(5_000, 1_000), train=64, val=32, batches=(32, 16), epochs=2, width=4,
                      acc_epochs=2, asha=["--smoke", "--num-samples", "2", "--max-epochs", "1"]),
-    # bf16 ran this net 7x slower than fp32 on the 2-core dev machine's CPU: a narrower net, few steps.
+    # bf16 runs this net several times slower than fp32 on a CPU without native bf16
+    # (cpu_bf16_vs_fp32_speed): a narrower net, few steps.
     "cpu": dict(synthetic=(600, 100), train=32, val=32, batches=(16,), epochs=2, width=8),
 }
 FIELDS = ["step", "metric", "value", "unit", "detail"]

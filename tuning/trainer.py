@@ -48,7 +48,8 @@ def autocast_dtype(precision: str, device: torch.device | str) -> torch.dtype | 
 
     "auto" is bf16 on a CUDA device that supports it (Ampere and newer: tensor cores at twice
     the fp32 rate, and bf16's fp32-sized exponent needs no loss scaling) and fp32 elsewhere:
-    CPUs without native bf16 ran this net 7x slower in bf16 (measured here, AMD EPYC)."""
+    CPUs without native bf16 run this net several times slower in bf16 (make gpu-check's
+    cpu_bf16_vs_fp32_speed measures it)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r} unknown: use one of {', '.join(PRECISIONS)}")
     device = torch.device(device)
@@ -191,7 +192,7 @@ def evaluate(model: nn.Module, split: Split, device: torch.device | str, rank: i
 
 def memory(device: torch.device | str = "cpu") -> dict[str, float]:
     """This process's memory now and at its peak (MB), and on CUDA what PyTorch allocated: the
-    numbers the seed's troubleshooting list watches with GPUtil, as metrics of every epoch."""
+    numbers a GPU troubleshooting checklist watches with GPUtil, as metrics of every epoch."""
     import resource
 
     import psutil

@@ -175,7 +175,7 @@ def _set_tune_switches(snapshot_every_step: bool) -> None:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # Tune's per-trial loggers (result.json, progress.csv, TensorBoard) stay off: they live in a
     # staging folder that every experiment snapshot copies to storage whole, so with a snapshot per
-    # step that copy never stopped, and 100 trials of 0.5 s took 1.7-3.2x their ideal time
+    # step that copy never stopped, and 100 trials of 0.5 s took several times their ideal time
     # (tuning.bench, overhead). The rows go to one results.jsonl instead, written as they arrive;
     # RunSpec.tune_logs (tuning.run --tune-logs) brings the loggers back, at that cost.
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"

@@ -78,7 +78,7 @@ class RandomSearch(BasicVariantGenerator):
     that scheduler is. Tune keeps a stopped or paused trial's actor for reuse only while its search
     is unfinished, and a search whose last trial has been created counts as finished: from then on
     every pause destroyed the trial's process and its resume started a new one that imported torch
-    and the trainable again (18-35 s per pause and resume of a CIFAR trial on this busy 2-core
+    and the trainable again (tens of seconds per pause and resume of a CIFAR trial on a 2-core
     machine; tuning.bench measures the reused case). A paused trial is work to come. Tune ends the
     experiment when its trials are done and the search is finished, the same moment: nothing waits
     longer. (A trial paused while every other is finished still loses its process: Tune marks it
@@ -137,8 +137,8 @@ class SearcherSearch(SearchGenerator):
 
 class LazyGrid(Searcher):
     """Walks the space's grid point by point, the last parameter fastest; num_samples repeats it.
-    tune.grid_search expands the whole grid up front, deep-copying the spec for every point: 17 s
-    per run for counting ones' 65,536 points, measured here."""
+    tune.grid_search expands the whole grid up front, deep-copying the spec for every point: seconds
+    per run for counting ones' 65,536 points, before the first trial starts."""
 
     def __init__(self, space: spaces.Space):
         super().__init__(metric=space.metric, mode=space.mode)

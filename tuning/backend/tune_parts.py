@@ -56,7 +56,7 @@ class BudgetStopper(Stopper):
     def __call__(self, trial_id, result):
         self.used += 1  # one result is one iteration of one trial
         # Past the budget, stop each trial at its next result: stop_all alone lets the
-        # running trials report about a hundred more iterations (measured) before they stop.
+        # running trials report many more iterations before they stop.
         return self.used >= self.budget_iterations
 
     def stop_all(self):
@@ -90,10 +90,13 @@ class Reporter(CLIReporter):
 
 def reporter(space: spaces.Space, every_s: float = 30) -> Reporter:
     """The progress table of a run of `space`, sorted by its metric."""
-    # A table at the first step, then at most every every_s (Tune's default, 5 s, printed 26 full
-    # tables in 2 minutes of a CIFAR run), and the final one: a short run still shows start and end.
+    # A table at the first step, then at most every every_s (Tune's default, 5 s, buries a CIFAR
+    # run's output in full tables), and the final one: a short run still shows start and end.
+    # The table is asked for outright: left to Tune, it depends on the verbosity the previous
+    # tune.run of the process left behind, and a second run in one process printed none.
     return Reporter(metric_columns=REPORTED, parameter_columns=list(space.params), metric=space.metric,
-                    mode=space.mode, sort_by_metric=True, max_report_frequency=every_s)
+                    mode=space.mode, sort_by_metric=True, max_report_frequency=every_s,
+                    print_intermediate_tables=True)
 
 
 def tune_loggers() -> list:
