@@ -347,7 +347,8 @@ def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, *, resu
     if outcome.status == "time budget spent":
         print(f"\nTime budget spent: {plan['time_used_s']:.0f} s of running time against {plan['time_budget_s']:.0f} s. "
               "Trials not finished are paused with their checkpoints. Go on with:\n"
-              f"  python -m tuning.run --resume {results_dir} --time-budget LONGER   (or --add-samples N)")
+              f"  python -m tuning.run --resume {results_dir} --time-budget LONGER\n"
+              "(the budget is a total across resumes; add --add-samples N for trials beyond the plan)")
         return 0
     if outcome.status == "interrupted":
         print("\nInterrupted; the experiment's state is saved. Continue with:\n"
