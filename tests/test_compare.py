@@ -118,13 +118,17 @@ def test_rerun_skips_finished_runs(smoke):
     assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")} == stamps
 
 
+def _experiment(path, fields: str) -> str:
+    """An experiment declaration written to `path`; the name tuning.compare takes for it."""
+    path.write_text(f"from tuning.compare import Experiment\nEXPERIMENT = Experiment({fields})\n")
+    return str(path.with_suffix(""))
+
+
 @pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(600)
 def test_grid_that_runs_out_of_points_stops_early_and_the_report_says_so(tmp_path):
-    (tmp_path / "grid_only.py").write_text(
-        "from tuning.compare import Experiment\n"
-        "EXPERIMENT = Experiment(space='mf_hartmann', budget=70, seeds=(0,), strategies=('grid',))\n")
-    proc = _compare(str(tmp_path / "grid_only"), "--out", str(tmp_path / "out"))
+    grid_only = _experiment(tmp_path / "grid_only.py", "space='mf_hartmann', budget=70, seeds=(0,), strategies=('grid',)")
+    proc = _compare(grid_only, "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = pd.read_csv(tmp_path / "out" / "runs.csv")
     assert runs["trial_id"].nunique() == 64  # 2 points in each of 6 dimensions
@@ -135,11 +139,9 @@ def test_grid_that_runs_out_of_points_stops_early_and_the_report_says_so(tmp_pat
 @pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(600)
 def test_sigterm_stops_a_comparison_as_ctrl_c_does_and_finished_runs_are_kept(tmp_path):
-    (tmp_path / "two.py").write_text(
-        "from tuning.compare import Experiment\n"
-        "EXPERIMENT = Experiment(space='counting_ones', budget=10, seeds=(0,), strategies=('random', 'asha'))\n")
+    two = _experiment(tmp_path / "two.py", "space='counting_ones', budget=10, seeds=(0,), strategies=('random', 'asha')")
     out = tmp_path / "out"
-    proc = subprocess.Popen([sys.executable, "-m", "tuning.compare", str(tmp_path / "two"), "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "tuning.compare", two, "--out", str(out)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 300
     while not (out / "runs" / "random-s0.csv").exists():  # the first run finished, the second starts
