@@ -96,7 +96,12 @@ def test_every_command_names_an_unknown_flag_in_one_line(command, positional):
 
 
 def test_address_auto_with_no_cluster_on_the_machine(tmp_path):
-    # "auto" finds a cluster through RAY_ADDRESS or Ray's address file in RAY_TMPDIR: here neither.
+    from ray._private.services import find_gcs_addresses
+
+    # "auto" finds a cluster through RAY_ADDRESS, Ray's address file in RAY_TMPDIR (here neither),
+    # and the Ray processes running on the machine: where there are some, joining them is right.
+    if find_gcs_addresses():
+        pytest.skip("a Ray cluster runs on this machine: --address auto joins it")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_TMPDIR"] = str(tmp_path)
     done = subprocess.run([sys.executable, "-m", "tuning.run", "--address", "auto", "--space", "counting_ones",
