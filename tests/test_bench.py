@@ -39,4 +39,5 @@ def test_quick_bench_produces_every_figure(tmp_path):
         assert (section, unit) == (r["section"], r["unit"])
         assert float(value) == pytest.approx(float(r["value"]), rel=1e-5)
         assert rest == (GOALS.get(r["metric"], "") + " " + r["detail"]).split()
-    assert json.loads((out / "machine.json").read_text())["cpus"] >= 1
+    machine = json.loads((out / "machine.json").read_text())
+    assert machine["cpus"] >= 1 and len(machine["git_commit"].removesuffix("-dirty")) == 40

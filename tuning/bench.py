@@ -378,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    (out / "machine.json").write_text(json.dumps(results.machine(), indent=2) + "\n")
+    # The commit too: a figure is only reproducible from the code that measured it.
+    machine = {**results.machine(), "git_commit": results.git_commit()}
+    (out / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")
     width = max(len(r["metric"]) for r in rows)
     for r in rows:
         print(f"{r['section']:<10} {r['metric']:<{width}} {r['value']:>10g} {r['unit']:<8} "
