@@ -18,6 +18,7 @@ from tuning import backend, data, growth, results, spaces
 
 log = logging.getLogger(__name__)
 
+
 @dataclass
 class Outcome:
     """What a run (or a resumed segment of one) came to."""
