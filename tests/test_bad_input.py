@@ -80,6 +80,13 @@ def test_malformed_space(capsys, workdir, case):
     # Checked with pyarrow, as Ray opens it, before anything starts (an unknown scheme needs no network).
     (["--space", "counting_ones", "--storage-path", "nosuchscheme://bucket/x"],
      "argument --storage-path: nosuchscheme://bucket/x cannot be opened (Unrecognized filesystem type"),
+    # Growing a search (docs/growing-a-search.md).
+    (["--space", "counting_ones", "--add-samples", "3"], "--add-samples needs --resume DIR"),
+    (["--space", "counting_ones", "--time-budget", "5x"], "argument --time-budget: give a positive duration"),
+    (["--space", "counting_ones", "--time-budget", "0s"], "argument --time-budget: give a positive duration"),
+    (["--space", "counting_ones", "--warm-start-top", "2"], "--warm-start-top needs --warm-start DIR"),
+    (["--space", "counting_ones", "--warm-start", "/no/such/run"], "--warm-start /no/such/run: not a tuning.run results"),
+    (["--space", "counting_ones", "--strategy", "grid", "--warm-start", "/no/such/run"], "grid search walks its fixed"),
 ])
 def test_bad_flags(capsys, workdir, argv, needle):
     _refused(capsys, argv + ["--results-dir", str(workdir / "new")], needle, workdir)

@@ -40,7 +40,7 @@ def _add_growth_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warm-start", nargs="+", metavar="DIR",
                    help="start from earlier runs of the same space: BOHB's model is given their results; "
                         "random, ASHA and Hyperband evaluate their best configurations first")
-    p.add_argument("--warm-start-top", type=int, default=3, metavar="K",
+    p.add_argument("--warm-start-top", type=int, metavar="K",
                    help="with --warm-start under random, ASHA or Hyperband: how many of the earlier best "
                         "configurations run first (default 3)")
     p.add_argument("--time-budget", metavar="DURATION", type=_duration,
@@ -223,6 +223,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    if args.warm_start_top is not None and not args.warm_start:
+        raise UsageError("--warm-start-top needs --warm-start DIR...: it says how many of those runs' best "
+                         "configurations run first")
     if args.resume:
         return _resume(args)
     if args.add_samples is not None:
@@ -325,11 +328,12 @@ def _warm_start(space: spaces.Space, strategy: str, args) -> dict | None:
     if strategy == "grid":
         raise UsageError("--warm-start: grid search walks its fixed points and has nothing to learn from earlier "
                          "runs; use random, asha, hyperband or bohb")
-    _check_positive("--warm-start-top", args.warm_start_top)
+    top = 3 if args.warm_start_top is None else args.warm_start_top
+    _check_positive("--warm-start-top", top)
     runs = growth.earlier_runs(args.warm_start, space)
-    return {"dirs": [str(Path(d).absolute()) for d in args.warm_start], "top": args.warm_start_top,
+    return {"dirs": [str(Path(d).absolute()) for d in args.warm_start], "top": top,
             "results": len(growth.all_rows(runs)),
-            "configs": [] if strategy == "bohb" else growth.best_configs(runs, space, args.warm_start_top)}
+            "configs": [] if strategy == "bohb" else growth.best_configs(runs, space, top)}
 
 
 def _execute(space: spaces.Space, plan: dict, source, results_dir: Path, *, resume: bool,
