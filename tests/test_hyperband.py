@@ -7,6 +7,8 @@ import math
 from collections import Counter
 
 import pytest
+from ray.tune.experiment import Trial
+from ray.tune.schedulers import TrialScheduler
 
 from tuning import backend, spaces
 
@@ -95,3 +97,38 @@ def test_bohb_model_gets_every_rung_result_once_full_budget_included(runs):
     # Its KDE sits on the largest budget with enough points for one (2 (d + 1) with d = 16).
     enough = [b for b, losses in model.losses.items() if len(losses) >= 2 * (16 + 1)]
     assert max(model.kde_models) == max(enough)
+
+
+class _Controller:
+    """What a scheduler asks of Tune's controller, as Ray's own scheduler tests stand it in."""
+
+    def __init__(self, trials):
+        self.trials, self.stopped, self.search_alg = trials, [], None
+
+    def get_trials(self):
+        return self.trials
+
+    def stop_trial(self, trial):
+        self.stopped.append(trial)
+        trial.set_status(Trial.TERMINATED)
+
+
+def test_a_rung_whose_last_trials_pause_together_is_decided_at_the_next_free_slot():
+    from tuning.backend.hyperband import PaperHyperBand
+
+    hb = PaperHyperBand(time_attr="training_iteration", metric="loss", mode="min", max_t=3, reduction_factor=3)
+    a, b, c, other = trials = [Trial("steady", config={}, stub=True) for _ in range(4)]
+    controller = _Controller(trials)
+    for t in trials:  # a, b, c fill the first bracket (3 trials from 1 iteration); `other` opens the next
+        hb.on_trial_add(controller, t)
+        t.set_status(Trial.RUNNING)
+    assert hb.on_trial_result(controller, c, {"training_iteration": 1, "loss": 0.5}) == TrialScheduler.PAUSE
+    c.set_status(Trial.PAUSED)
+    # a and b reach the rung together: each sees the other still running (its pause in flight).
+    assert hb.on_trial_result(controller, a, {"training_iteration": 1, "loss": 0.1}) == TrialScheduler.PAUSE
+    assert hb.on_trial_result(controller, b, {"training_iteration": 1, "loss": 0.9}) == TrialScheduler.PAUSE
+    a.set_status(Trial.PAUSED)
+    b.set_status(Trial.PAUSED)
+    # `other` keeps a worker busy, so Ray's own fallback (process when nothing runs) never comes.
+    assert hb.choose_trial_to_run(controller) is a  # the rung is decided: the best goes on
+    assert sorted(map(id, controller.stopped)) == sorted([id(b), id(c)])  # the others are stopped

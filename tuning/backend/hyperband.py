@@ -115,6 +115,25 @@ class PaperHyperBand(HyperBandForBOHB):
         if self._observe is not None:
             self._observe(trial.trial_id, budget, result)
 
+    def choose_trial_to_run(self, tune_controller, allow_recurse: bool = True):
+        # A rung is decided by the trial that reaches it last, if it sees all others PAUSED. When
+        # the last two arrive together, each sees the other still RUNNING (its pause, a checkpoint
+        # save, is in flight) and pauses too; Ray decides such a rung only once no trial runs
+        # anywhere, which never happens while other brackets keep the workers busy, so the rung
+        # waited for ever. Decide it here, at the next free slot, once every trial has paused.
+        for band in self._hyperbands:
+            for bracket in band:
+                if bracket is not None and self._rung_stuck(bracket):
+                    log.debug("deciding the rung at %s every trial waits on", bracket._cumul_r)
+                    self._process_bracket(tune_controller, bracket)
+        return super().choose_trial_to_run(tune_controller, allow_recurse)
+
+    @staticmethod
+    def _rung_stuck(bracket: QuotaBracket) -> bool:
+        live = bracket._live_trials
+        return (bracket.filled() and bool(live) and bracket.cur_iter_done() and not bracket.trials_to_unpause
+                and all(t.status == Trial.PAUSED for t in live))
+
     def _searcher_pause(self, tune_controller, trial: Trial) -> None:
         # TuneBOHB counts running trials for its concurrency limit; a random searcher has no such count.
         searcher = getattr(tune_controller.search_alg, "searcher", None)
