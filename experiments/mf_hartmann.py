@@ -8,7 +8,9 @@ EXPERIMENT = Experiment(
     budget=100,
     seeds=tuple(range(10)),
     strategies=("grid", "random", "asha", "hyperband", "bohb"),
-    smoke={"budget": 4, "seeds": 2},
+    # Smoke budget 6: the first bracket (max_t 27) costs 3 full evaluations alone and about 4 while the
+    # second worker fills rung waits from the next bracket.
+    smoke={"budget": 6, "seeds": 2},
     description="Hartmann-6 with fidelity s = t / 27: the first term biased by 0.1 (1 - s) and "
                 "Gaussian noise of 0.1 (1 - s); exact at full fidelity, optimum -3.32237.",
 )

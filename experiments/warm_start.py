@@ -12,7 +12,7 @@ EXPERIMENT = Experiment(
     # cold run's own beginning.
     warm_from={"strategy": "bohb", "budget": 50, "seed_offset": 1000},
     reference="bohb",  # targets and tests against the cold runs
-    smoke={"budget": 4, "seeds": 2, "warm_budget": 2},
+    smoke={"budget": 6, "seeds": 2, "warm_budget": 2},  # 6: as experiments/counting_ones
     description="Counting ones (16 dimensions): BOHB warm-started from a 50-evaluation BOHB run of another "
                 "seed, against cold BOHB; regret = loss / 16 + 1.",
 )
