@@ -15,11 +15,14 @@ import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from tuning import results, spaces
 from tuning.backend.cluster import ClusterError, cluster_info, quiet_ray_logging, start_ray, stop_ray  # noqa: F401
-from tuning.data import DataSource
+
+if TYPE_CHECKING:  # tuning.data imports torch: a trial of a synthetic benchmark (a Ray actor
+    # importing this package) starts seconds sooner without it
+    from tuning.data import DataSource
 
 log = logging.getLogger(__name__)
 
