@@ -23,9 +23,10 @@ def synthetic_source(tmp_path_factory):
                         synthetic_train=2500, synthetic_test=500)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_2cpus():
-    """A real local Ray, as Ray's own tests start it; shut down afterwards."""
+    """A real local Ray, as Ray's own tests start it, shared by a module's tests (a start costs
+    seconds); shut down afterwards."""
     import ray
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)

@@ -52,6 +52,7 @@ def _cli(module: str, *args, timeout=600) -> subprocess.CompletedProcess:
                           timeout=timeout)
 
 
+@pytest.mark.slow  # make test-all; default suite: test_smoke.py runs the same command on one node
 def test_smoke_run_spreads_over_both_nodes(cluster, tmp_path):
     # --storage-path: the folder every node reaches (here both nodes share this machine's disk).
     results, shared = tmp_path / "results", tmp_path / "shared"

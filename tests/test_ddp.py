@@ -53,6 +53,7 @@ def test_two_gloo_ranks_train_what_one_process_trains(splits):
         assert m2["train_loss"] == pytest.approx(m1["train_loss"], rel=1e-3)
 
 
+@pytest.mark.slow  # make test-all; default suite: the fp32 DDP test and the bf16 trainer tests
 def test_two_gloo_ranks_train_under_bf16_autocast(splits):
     """precision reaches every rank with the trainer's other arguments, and the global-batch
     BatchNorm keeps fp32 statistics and buffers under autocast."""
@@ -81,6 +82,7 @@ def test_ddp_validation_equals_one_process_on_the_same_weights(splits):
     assert metrics["accuracy"] == alone["accuracy"]
 
 
+@pytest.mark.slow  # make test-all; default suite: a killed trial resumes from its checkpoint (test_reliability)
 def test_restore_at_a_different_world_size(splits, tmp_path):
     train, val = splits
     torch.manual_seed(3)
@@ -129,6 +131,7 @@ def test_a_failing_rank_fails_the_trial_with_its_error():
         distributed.run(ddp_helpers.fail_on_rank_1, {}, world_size=2)
 
 
+@pytest.mark.slow  # make test-all; default suite: a failing rank fails its trial
 @pytest.mark.timeout(120)
 def test_a_stalled_rank_times_out_instead_of_hanging():
     started = time.monotonic()
@@ -137,6 +140,7 @@ def test_a_stalled_rank_times_out_instead_of_hanging():
     assert time.monotonic() - started < 60
 
 
+@pytest.mark.slow  # make test-all; default suite: the two-rank tests
 def test_several_trials_starting_at_once_get_their_own_ports():
     results, errors = {}, []
 

@@ -33,6 +33,7 @@ def test_doctor_flags_an_unreachable_cluster():
     assert "Traceback" not in done.stdout + done.stderr
 
 
+@pytest.mark.slow  # make test-all; default suite: test_data checks checksums and corrupted files
 def test_doctor_flags_a_corrupt_cifar10(tmp_path):
     folder = tmp_path / "cifar-10-batches-py"
     folder.mkdir()

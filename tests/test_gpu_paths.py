@@ -67,6 +67,7 @@ def ray_with_one_gpu(monkeypatch):
     ray.shutdown()
 
 
+@pytest.mark.slow  # make test-all; default suite: a quarter GPU per trial is accepted
 def test_quarter_gpu_trials_share_one_gpu_and_an_oom_fails_alone(ray_with_one_gpu, tmp_path):
     from tuning import backend
 

@@ -80,6 +80,7 @@ def test_a_warm_started_bohb_model_holds_every_earlier_result_at_its_budget(rand
     assert sorted(model.losses[3]) == sorted(r["loss"] for r in rows if r["training_iteration"] == 3)
 
 
+@pytest.mark.slow  # make test-all; default suite: the other growth refusals
 def test_warm_start_from_another_space_or_declaration_is_refused(random_run, tmp_path):
     proc = run_cli("--space", "mf_hartmann", "--warm-start", str(random_run), "--results-dir", str(tmp_path / "a"))
     assert proc.returncode == 2 and "a run of space 'counting_ones', not 'mf_hartmann'" in proc.stderr
@@ -108,6 +109,7 @@ def _spec(space, strategy, results_dir, **kw):
                            snapshot_every_step=False, **kw)
 
 
+@pytest.mark.slow  # make test-all; default suite: extending a random run
 def test_an_extended_bohb_proposes_from_the_model_fitted_on_earlier_results(ray_module, tmp_path, monkeypatch):
     from tuning.backend import hyperband
 
@@ -131,6 +133,7 @@ def test_an_extended_bohb_proposes_from_the_model_fitted_on_earlier_results(ray_
     assert len(first_run) >= 30  # the model kept what the first run gave it
 
 
+@pytest.mark.slow  # make test-all; default suite: extending a random run
 def test_an_extended_asha_judges_new_trials_against_every_earlier_result(ray_module, tmp_path):
     backend.run(_spec("counting_ones", "asha", tmp_path, num_samples=6))
     earlier = set(results.read_rows(tmp_path / "results.jsonl"))

@@ -45,7 +45,8 @@ def _wait_for(proc, condition, timeout=300) -> None:
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("strategy", ["asha", pytest.param("bohb", marks=pytest.mark.slow)])
+# Both in make test-all; the default suite resumes after SIGTERM (below), from the same snapshots.
+@pytest.mark.parametrize("strategy", [pytest.param(s, marks=pytest.mark.slow) for s in ("asha", "bohb")])
 def test_sigkill_mid_run_then_resume(tmp_path, strategy):
     # A trainer whose epochs take 0.4 s, through the same trainable, checkpoints and resume path
     # as the CIFAR trainer: it leaves time to catch trials finished and mid-way.
@@ -108,6 +109,7 @@ def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig)
     assert check_resumed(results, progress, known)
 
 
+@pytest.mark.slow  # make test-all; default suite: unwritable results dirs are refused (test_cli)
 @pytest.mark.timeout(600)
 def test_a_results_file_that_cannot_be_written_stops_the_run_and_resume_continues(tmp_path):
     results = tmp_path / "results"

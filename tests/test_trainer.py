@@ -40,6 +40,7 @@ def test_validation_loss_falls_over_two_epochs(easy_splits):
         assert all(isinstance(v, (int, float)) for v in m.values())
 
 
+@pytest.mark.slow  # make test-all; default suite: the loss falls over two epochs
 def test_a_well_tuned_run_beats_a_badly_tuned_one(easy_splits):
     train, val = easy_splits
     good = trainer.train_cifar(lr=3e-3, batch_size=128, epochs=2, train=train, val=val)
