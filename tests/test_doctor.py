@@ -5,6 +5,8 @@ tests/test_cluster.py.)"""
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
