@@ -1,8 +1,8 @@
 """Synchronous Hyperband brackets as the Hyperband and BOHB papers define them, and a BOHB searcher
 whose model sees every rung result once. Imported lazily by tuning.backend (it imports Ray).
 
-Ray 2.60's HyperBandForBOHB has two defects that turn BOHB into something between random search
-and Hyperband (Ray issue #12536, closed unfixed; #5775, #9245 report the same symptom):
+Ray 2.60's HyperBandForBOHB has three defects; the first two turn BOHB into something between random
+search and Hyperband (Ray issue #12536, closed unfixed; #5775, #9245 report the same symptom):
 
 1. A bracket is "filled" when its *live* trials number its size, and a finished trial leaves the
    live set. Tune creates one trial at a time for a searcher, so a bracket whose trials finish
@@ -14,6 +14,9 @@ and Hyperband (Ray issue #12536, closed unfixed; #5775, #9245 report the same sy
    outright ever reached BOHB's model. `PaperHyperBand` reports every result at a rung budget to
    an `observe(trial_id, budget, result)` hook itself, including the ones Tune stops, and
    `PaperBOHB.observe` hands each (trial, budget) pair to HpBandSter's model exactly once.
+3. A rung is decided only by a trial that sees all the others PAUSED: two that reach it together
+   both wait, and Ray's fallback (decide once nothing runs) never comes while other brackets run.
+   `PaperHyperBand.choose_trial_to_run` decides such a rung at the next free slot.
 
 Brackets are opened largest first within a band (s = s_max ... 0), then a new band starts, with
 Ray's (the Hyperband paper's) sizes n0 = ceil((s_max + 1) / (s + 1) * eta^s) and first budgets
@@ -116,11 +119,8 @@ class PaperHyperBand(HyperBandForBOHB):
             self._observe(trial.trial_id, budget, result)
 
     def choose_trial_to_run(self, tune_controller, allow_recurse: bool = True):
-        # A rung is decided by the trial that reaches it last, if it sees all others PAUSED. When
-        # the last two arrive together, each sees the other still RUNNING (its pause, a checkpoint
-        # save, is in flight) and pauses too; Ray decides such a rung only once no trial runs
-        # anywhere, which never happens while other brackets keep the workers busy, so the rung
-        # waited for ever. Decide it here, at the next free slot, once every trial has paused.
+        # Defect 3 (module docstring): each of a rung's last two trials saw the other still RUNNING,
+        # its pause (a checkpoint save) in flight, and both wait. Decide such a rung here.
         for band in self._hyperbands:
             for bracket in band:
                 if bracket is not None and self._rung_stuck(bracket):
