@@ -361,7 +361,7 @@ def _row(section: str, metric: str, value: float, unit: str, detail: str) -> dic
 
 def main(argv: list[str] | None = None) -> int:
     p = cli.Parser(prog="python -m tuning.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true", help="smaller sizes: a minute or two")
+    p.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
     p.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
     p.add_argument("--out", default=None, help="results folder (default results/bench-<time>)")
     try:
