@@ -6,9 +6,9 @@ checkpoint), and owns the ranks' lifetime. Whatever ends the supervisor's call (
 a rank failing, Tune stopping or pausing the trial by raising out of ``on_epoch``), every rank is
 gone before the call returns. No Ray here: the trial adapter in tuning.backend calls this.
 
-Why spawn from the trial, not Ray Train: starting 2 gloo ranks this way costs 3.5 s per trial on
-this project's 2-core machine (tuning.bench, ddp section: rank_start_cost_per_trial in
-docs/bench/bench.csv), while Ray Train's TorchTrainer inside a Tune trial starts its own worker
+Why spawn from the trial, not Ray Train: starting 2 gloo ranks this way costs 3.5-3.8 s per trial
+on this project's 2-core machine (tuning.bench, ddp section: rank_start_cost_per_trial in
+docs/bench/bench.csv and docs/bench/2026-11-30/bench.csv), while Ray Train's TorchTrainer inside a Tune trial starts its own worker
 actors and placement group for every trial (its cost is not measured here; docs/ddp.md). Ray
 Train stays the route for ranks across nodes.
 """
