@@ -90,3 +90,19 @@ def test_reporter_survives_unscheduled_trials_and_keeps_error_rows(tmp_path, cap
     out = capsys.readouterr().out
     assert str(pending) in out and str(failed) in out  # both progress rows
     assert "Number of errored trials: 1" in out and "error.txt" in out  # the real error row stays
+
+
+def test_a_sync_racing_tunes_own_temp_file_is_dropped_and_other_sync_errors_are_not():
+    import logging
+
+    from tuning.backend.cluster import _DropNoise
+
+    def shown(msg):
+        return _DropNoise().filter(logging.LogRecord("ray.train._internal.syncer", logging.WARNING, "", 0, msg, None, None))
+
+    raced = ("Last sync command failed with the following error:\nTraceback (most recent call last):\n"
+             "FileNotFoundError: /r/tune/driver_artifacts/.19ac-tmp-basic-variant-state-2026.json'. Detail: "
+             "[errno 2] No such file or directory")
+    assert not shown(raced)
+    assert shown(raced.replace("No such file or directory", "Access Denied"))  # a real failure stays
+    assert shown("Last sync command failed: /r/tune/experiment_state.json: No such file or directory")
