@@ -10,12 +10,18 @@ from pathlib import Path
 
 
 def _train(*, lr, epochs, state=None, on_epoch=None, seed=0, loss_at=None, sleep_s=0.0, gate=None, **_):
-    """gate: a file; while it exists, no epoch starts (a test holds a run mid-way with it)."""
+    """gate: a file; while it exists, no epoch starts (a test holds a run mid-way with it), and the
+    file `<gate>.held-<lr>` says this trainer waits there, so the test knows which trial it holds."""
     start = int(state["epoch"]) if state else 0
     metrics = {}
+    held = Path(f"{gate}.held-{lr!r}") if gate else None
     for epoch in range(start, epochs):
         while gate and Path(gate).exists():
+            if not held.exists():
+                held.write_text(str(epoch))
             time.sleep(0.05)
+        if held:
+            held.unlink(missing_ok=True)
         time.sleep(sleep_s)
         loss = loss_at(epoch) if loss_at else 1.0 / (1 + epoch) + lr
         metrics = {"loss": loss, "epoch": epoch + 1}

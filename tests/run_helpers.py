@@ -22,26 +22,31 @@ def logged_epochs(results: Path) -> dict[str, int]:
     return out
 
 
-def snapshot(results: Path) -> dict[str, tuple[str, int]]:
-    """Each trial's (status, epoch of its latest checkpoint) in Tune's latest experiment snapshot
-    on storage: what a resume starts from. Not its last result: Tune registers a checkpoint one
-    event after the result it came with, so a snapshot can be one epoch ahead in results."""
+def _snapshot_trials(results: Path) -> list[tuple[dict, int]]:
+    """Each trial's state and the epoch of its latest checkpoint in Tune's latest experiment
+    snapshot on storage."""
     from ray.tune.trainable.metadata import _TrainingRunMetadata
 
     snapshots = sorted((results / "tune").glob("experiment_state-*.json"))
     if not snapshots:
-        return {}
+        return []
     try:
         data = json.loads(snapshots[-1].read_text())
     except ValueError:  # caught mid-write; the next poll reads it whole
-        return {}
-    out = {}
+        return []
+    out = []
     for trial, meta in data["trial_data"]:
         checkpoints = _TrainingRunMetadata.from_json_state(meta).checkpoint_manager
         latest = checkpoints.latest_checkpoint_result if checkpoints else None
-        trial = json.loads(trial)
-        out[trial["trial_id"]] = (trial["status"], int(latest.metrics["training_iteration"]) if latest else 0)
+        out.append((json.loads(trial), int(latest.metrics["training_iteration"]) if latest else 0))
     return out
+
+
+def snapshot(results: Path) -> dict[str, tuple[str, int]]:
+    """Each trial's (status, epoch of its latest checkpoint) in Tune's latest experiment snapshot
+    on storage: what a resume starts from. Not its last result: Tune registers a checkpoint one
+    event after the result it came with, so a snapshot can be one epoch ahead in results."""
+    return {trial["trial_id"]: (trial["status"], k) for trial, k in _snapshot_trials(results)}
 
 
 def check_resumed(results: Path, before: dict[str, int], known: dict[str, tuple[str, int]]) -> int:
@@ -77,6 +82,29 @@ def wait_until_mid_run(proc, results: Path, timeout=300) -> None:
             return
         time.sleep(0.2)
     raise AssertionError(f"no mid-run state within {timeout} s: {logged_epochs(results)}")
+
+
+def hold_mid_run(proc, results: Path, gate: Path, timeout=300) -> None:
+    """wait_until_mid_run, then hold the run there with the gate (faulty._train) until a trial
+    with a checkpoint behind it waits at the gate: no epoch starts while the gate exists, so that
+    trial is still mid-way whenever the test stops the run. Without the hold, a trial caught
+    mid-way could reach its last epoch before a slow stop, and the resume had nothing to continue
+    (seen once in CI). If every trial caught mid-way ends its epoch in flight as its last, the gate
+    opens and the wait starts again."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        wait_until_mid_run(proc, results, timeout=deadline - time.monotonic())
+        gate.touch()
+        give_up = min(deadline, time.monotonic() + 20)  # an epoch is 0.4 s; a snapshot comes per step
+        while time.monotonic() < give_up:
+            assert proc.poll() is None, proc.stdout.read()[-3000:]
+            held = {float(f.name.rpartition("held-")[2]) for f in gate.parent.glob(f"{gate.name}.held-*")}
+            if any(trial["config"]["lr"] in held and trial["status"] == "RUNNING" and k > 0
+                   for trial, k in _snapshot_trials(results)):
+                return
+            time.sleep(0.2)
+        gate.unlink()
+    raise AssertionError(f"no trial held mid-way within {timeout} s: {logged_epochs(results)}")
 
 
 def write_space(tmp_path: Path, body: str) -> Path:

@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from run_helpers import (STEADY, TESTS, check_resumed, check_tables, logged_epochs, snapshot,
-                         wait_until_mid_run, write_space)
+from run_helpers import (STEADY, TESTS, check_resumed, check_tables, hold_mid_run, logged_epochs, snapshot,
+                         write_space)
 
 
 def _free_port() -> int:
@@ -73,12 +73,12 @@ def test_smoke_run_spreads_over_both_nodes(cluster, tmp_path):
 
 @pytest.mark.slow  # minutes: make test-all
 def test_killed_driver_resumes_on_the_cluster(cluster, tmp_path):
-    results, max_epochs = tmp_path / "results", 4
-    space = write_space(tmp_path, STEADY.format(strategy="asha", epochs=max_epochs, rf=2, gate=None))
+    results, gate, max_epochs = tmp_path / "results", tmp_path / "gate", 4
+    space = write_space(tmp_path, STEADY.format(strategy="asha", epochs=max_epochs, rf=2, gate=str(gate)))
     proc = subprocess.Popen([sys.executable, "-m", "tuning.run", "--address", cluster.address, "--space", str(space),
                              "--results-dir", str(results)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    wait_until_mid_run(proc, results)
+    hold_mid_run(proc, results, gate)
     os.killpg(proc.pid, signal.SIGKILL)  # the driver dies; the cluster lives on, as on a real one
     proc.wait()
     time.sleep(2)
@@ -86,6 +86,7 @@ def test_killed_driver_resumes_on_the_cluster(cluster, tmp_path):
     assert known, "no readable experiment snapshot after the kill"
     assert any(st == "TERMINATED" for st, _ in known.values())
 
+    gate.unlink()
     done = _cli("tuning.run", "--resume", str(results), "--address", cluster.address)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     trials, _ = check_tables(results, 6, max_epochs)

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from run_helpers import (STEADY, TESTS, check_resumed, check_tables, logged_epochs, snapshot,
+from run_helpers import (STEADY, TESTS, check_resumed, check_tables, hold_mid_run, logged_epochs, snapshot,
                          wait_until_mid_run, write_space)
 
 
@@ -50,11 +50,11 @@ def _wait_for(proc, condition, timeout=300) -> None:
 def test_sigkill_mid_run_then_resume(tmp_path, strategy):
     # A trainer whose epochs take 0.4 s, through the same trainable, checkpoints and resume path
     # as the CIFAR trainer: it leaves time to catch trials finished and mid-way.
-    results, max_epochs = tmp_path / "results", 4 if strategy == "asha" else 3
+    results, gate, max_epochs = tmp_path / "results", tmp_path / "gate", 4 if strategy == "asha" else 3
     space = write_space(tmp_path, STEADY.format(strategy=strategy, epochs=max_epochs,
-                                                rf=2 if strategy == "asha" else 3, gate=None))
+                                                rf=2 if strategy == "asha" else 3, gate=str(gate)))
     proc = _start("--space", str(space), "--results-dir", str(results))
-    wait_until_mid_run(proc, results)
+    hold_mid_run(proc, results, gate)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     time.sleep(2)
@@ -63,6 +63,7 @@ def test_sigkill_mid_run_then_resume(tmp_path, strategy):
     assert any(st == "TERMINATED" for st, _ in known.values())
     assert any(st in ("RUNNING", "PAUSED") and 0 < k < max_epochs for st, k in known.values())
 
+    gate.unlink()
     done = _run("--resume", str(results))
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     trials, _ = check_tables(results, 6, max_epochs)
@@ -81,7 +82,7 @@ def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig)
     results, gate = tmp_path / "results", tmp_path / "gate"
     space = write_space(tmp_path, STEADY.format(strategy="asha", epochs=4, rf=2, gate=str(gate)))
     proc = _start("--space", str(space), "--results-dir", str(results))
-    wait_until_mid_run(proc, results)
+    hold_mid_run(proc, results, gate)
     os.kill(proc.pid, sig)  # the driver only, as Ctrl-C in its terminal, or `kill PID`
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 128 + sig, out[-3000:]  # 130, 143: as a shell reports a process the signal ended
@@ -90,9 +91,9 @@ def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig)
     assert json.loads((results / "run.json").read_text())["status"] == "interrupted"
     assert len(pd.read_csv(results / "trials.csv")) == 6  # the tables so far
     progress, known = logged_epochs(results), snapshot(results)
+    assert any(st != "TERMINATED" and 0 < k < 4 for st, k in known.values()), known  # the held trial
 
-    # The resumed trials wait at their next epoch while the gate exists: the resume is held mid-run.
-    gate.touch()
+    # The resumed trials wait at their next epoch while the gate still exists: the resume is held mid-run.
     resume = _start("--resume", str(results))
     _wait_for(resume, lambda: json.loads((results / "run.json").read_text())["status"] == "running")
     second = _run("--resume", str(results), timeout=300)
