@@ -10,7 +10,8 @@ EXPERIMENT = Experiment(
     strategies=("grid", "random", "asha", "hyperband", "bohb"),
     # Smoke budget 6: Hyperband's first bracket costs 3.7 full evaluations on its own, and about one
     # more while the second worker fills rung waits from the next bracket; at 4 a seed could end
-    # without a full-fidelity result.
+    # without a full-fidelity result. --smoke runs on 2 CPUs on any machine (tuning.cli.SMOKE_CPUS),
+    # so no more workers than that fill.
     smoke={"budget": 6, "seeds": 2},
     description="Counting ones (Falkner, Klein & Hutter, ICML 2018): 8 binary and 8 continuous "
                 "parameters, budget b = 9 t samples for t = 1..81; regret = loss / 16 + 1.",

@@ -124,3 +124,19 @@ def test_progress_tables_come_about_every_30_s(asha_run):
     seconds = int(elapsed[0]) * 3600 + int(elapsed[1]) * 60 + int(elapsed[2])
     # One at the start, then at most one per 30 s, and the final one (Tune's default: every 5 s).
     assert 2 <= tables <= seconds / 30 + 2, (tables, seconds)
+
+
+def test_smoke_gets_a_local_ray_of_smoke_cpus_on_any_machine(monkeypatch):
+    # Which trials ASHA stops depends on how many run at once (tuning.cli.SMOKE_CPUS); 1 here,
+    # so that the check tells on a 2-core machine too.
+    import ray
+
+    from tuning import cli, session, spaces
+
+    monkeypatch.setattr(cli, "SMOKE_CPUS", 1)
+    assert not ray.is_initialized()
+    try:
+        session.start(spaces.load("counting_ones"), {"smoke": {"num_samples": 8}}, address=None, worker_logs=False)
+        assert ray.cluster_resources()["CPU"] == 1
+    finally:
+        ray.shutdown()

@@ -111,7 +111,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
 
     source = _source(space, smoke)
     if todo:  # Ray only when there is something to run
-        backend.start_ray(address=address)
+        backend.start_ray(address=address, num_cpus=cli.SMOKE_CPUS if smoke else None)
     # On shared storage each comparison gets its own folder, its runs one each inside it.
     storage = f"{storage_path.rstrip('/')}/{out.name}" if storage_path else None
     setting = dict(space=space, max_t=max_t, source=source, smoke=smoke, storage_path=storage)
@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     p = cli.Parser(prog="python -m tuning.compare", description=__doc__.split("\n\n")[0])
     p.add_argument("experiment", help="an experiment declaration, e.g. experiments/counting_ones")
-    p.add_argument("--smoke", action="store_true", help="the experiment's CI-sized settings")
+    p.add_argument("--smoke", action="store_true",
+                   help=f"the experiment's CI-sized settings, on a local Ray of {cli.SMOKE_CPUS} CPUs")
     p.add_argument("--seeds", type=int, help="run seeds 0..N-1 instead of the experiment's")
     p.add_argument("--budget", type=float, help="full evaluations per strategy run, instead of the experiment's")
     p.add_argument("--out", help="output folder (default results/compare/<name>[-smoke]); finished runs "

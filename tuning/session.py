@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tuning import backend, data, growth, results, spaces
+from tuning import backend, cli, data, growth, results, spaces
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def start(space: spaces.Space, plan: dict, *, address: str | None, worker_logs: 
     source = None
     if space.trainer == "cifar":
         source = data.prepare(**plan["data_args"])
-    backend.start_ray(address=address, worker_logs=worker_logs)
+    backend.start_ray(address=address, worker_logs=worker_logs, num_cpus=cli.SMOKE_CPUS if plan["smoke"] else None)
     cluster = backend.cluster_info()
     plan["address"] = cluster["address"] if address else None
     return source, cluster

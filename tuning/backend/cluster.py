@@ -60,9 +60,10 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
                            "start one with `ray start --head` on that machine, or fix the address") from None
 
 
-def start_ray(address: str | None = None, worker_logs: bool = False) -> None:
+def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: int | None = None) -> None:
     """Start a local Ray, or join the running cluster at `address` ("auto" or HOST:PORT); what it
-    offers is cluster_info()'s to tell.
+    offers is cluster_info()'s to tell. `num_cpus`: the local Ray's CPUs (default: the machine's);
+    a cluster offers what its nodes have.
 
     Trial processes' output is not forwarded unless worker_logs: it is mostly Ray's own INFO
     lines and SIGTERM tracebacks of actors shut down at the end, and it buried the progress
@@ -80,7 +81,7 @@ def start_ray(address: str | None = None, worker_logs: bool = False) -> None:
         if address is None:
             # "local": a new Ray of its own, even when `ray start` left a cluster on this machine
             # (ray.init() alone joins that one; --address auto is the way to ask for it).
-            ray.init(address="local", include_dashboard=False, log_to_driver=worker_logs)
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs)
         else:
             if address != "auto":
                 _check_reachable(address)
