@@ -17,8 +17,7 @@ def _train(*, lr, epochs, state=None, on_epoch=None, seed=0, loss_at=None, sleep
     held = Path(f"{gate}.held-{lr!r}") if gate else None
     for epoch in range(start, epochs):
         while gate and Path(gate).exists():
-            if not held.exists():
-                held.write_text(str(epoch))
+            held.touch()
             time.sleep(0.05)
         if held:
             held.unlink(missing_ok=True)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 
 # --smoke starts its local Ray with this many CPUs on any machine. Which trials ASHA stops, and so
-# the epochs run and what the report can compute, depends on the order results arrive in; on 2
-# workers the seeded smoke run stops the same trials everywhere, while on 4 or more (a laptop) the
-# worst trial could report first, when ASHA stops nothing.
+# the epochs run and what the report can compute, depends on the order results arrive in. On 2
+# workers the seeded smoke run stopped the same trial in every recorded run; replaying those losses
+# in the orders 4 workers allow (a laptop), the worst trial could report first and ASHA stop nothing.
 SMOKE_CPUS = 2
 
 

@@ -94,8 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="forward trial processes' output (Ray's INFO lines included) to this terminal")
     p.add_argument("--smoke", action="store_true",
                    help=f"CI-sized run: {SMOKE['num_samples']} samples, {SMOKE['max_epochs']} epochs, "
-                        f"a small data subset, synthetic data unless --data is given, a local Ray of "
-                        f"{cli.SMOKE_CPUS} CPUs (the same trials stopped on any machine)")
+                        "a small data subset, synthetic data unless --data is given, a local Ray of "
+                        f"{cli.SMOKE_CPUS} CPUs (trials run as on the 2-core machines it was sized on)")
     return p
 
 
