@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from conftest import run_cli
-from report_helpers import assert_renders_in_chromium, needs_chromium
+from report_helpers import assert_renders_in_chromium, dom_in_chromium, needs_chromium
 from tuning import report, results, runplots, runreport, spaces
 
 TESTS = Path(__file__).resolve().parent
@@ -204,8 +204,27 @@ def test_every_way_a_trial_ends_is_told_apart(tmp_path):
 def test_live_page_reloads_and_says_so_the_final_one_does_not(tmp_path):
     live = runreport.write_from_records(tmp_path, RECORDS, _plan(), live=True)["html"].read_text()
     assert f'<meta http-equiv="refresh" content="{runreport.RELOAD_S}">' in live and "LIVE: the run is going" in live
+    assert f"location.reload();}},{runreport.RELOAD_S * 1000})" in live  # what reloads it where scripts run
     final = runreport.write_from_records(tmp_path, RECORDS, _plan("finished"), live=False)["html"].read_text()
     assert "http-equiv" not in final and "LIVE" not in final and "Status: finished" in final
+
+
+@needs_chromium
+def test_a_live_page_its_run_left_behind_stops_reloading_and_says_so(tmp_path, monkeypatch):
+    # A run killed or crashed never writes its final report: its last live page must not go on
+    # saying LIVE and reloading in a browser for ever.
+    (tmp_path / "fresh").mkdir(), (tmp_path / "old").mkdir()
+    fresh = runreport.write_from_records(tmp_path / "fresh", RECORDS, _plan(), live=True)["html"]
+    now = time.time()
+    monkeypatch.setattr(runreport.time, "time", lambda: now - 3600)  # written an hour ago
+    old = runreport.write_from_records(tmp_path / "old", RECORDS, _plan(), live=True)["html"]
+    monkeypatch.undo()
+    dom = dom_in_chromium(fresh, tmp_path)
+    assert "LIVE: the run is going" in dom and 'id="stale"' not in dom
+    dom = dom_in_chromium(old, tmp_path)
+    assert "LIVE: the run is going" not in dom and 'id="stale"' in dom
+    assert "NOT LIVE ANY MORE: this page was last rewritten 60 min ago" in dom
+    assert f"python -m tuning.report {tmp_path / 'old'} writes the final report" in dom
 
 
 def test_log_scale_parameters_get_a_log_axis(tmp_path):

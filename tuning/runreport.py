@@ -10,6 +10,7 @@ atomically, so a browser or a reader never sees half a report. Nothing here know
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import math
 import shlex
@@ -32,6 +33,10 @@ FIGURES = {"curves": "report-curves.png", "best": "report-best-so-far.png",
 # the forest mostly fits noise and the importances change from one seed to the next.
 MIN_IMPORTANCE_TRIALS = 8
 RELOAD_S = 30  # the live page reloads this often: the run rewrites it at most this often
+# A live page not rewritten for this long belongs to a run that stopped without its final report
+# (killed, crashed): it stops reloading and says so. The live writer waits max(RELOAD_S, 9x the
+# time a write took) between writes, so a fresh page on a loaded machine stays far below this.
+STALE_S = 900
 
 
 def declarations(space: spaces.Space) -> dict:
@@ -293,9 +298,27 @@ def write_report(run_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame, plan
     blocks = _blocks(trials, epochs, plan, decls, figures, imp, live)
     md, page = run_dir / "report.md", run_dir / "report.html"
     results.write_text(md, render_markdown(blocks))
-    reload = f'<meta http-equiv="refresh" content="{RELOAD_S}">' if live else ""
-    results.write_text(page, render_html(blocks, blocks[0][1], in_head=reload))
+    head = _live_head(run_dir, time.time()) if live else ""
+    results.write_text(page, render_html(blocks, blocks[0][1], in_head=head))
     return {"markdown": md, "html": page, "figures": figures, "importance": imp[0], "importance_note": imp[1]}
+
+
+def _live_head(run_dir: Path, written: float) -> str:
+    """What makes a live page live: it reloads every RELOAD_S while it is fresh. Older than STALE_S,
+    its run stopped without a final report: the page stops reloading and its LIVE banner says so.
+    Without JavaScript, a plain refresh."""
+    notice = (f"NOT LIVE ANY MORE: this page was last rewritten %MIN% min ago, and a live run rewrites it "
+              f"about every {RELOAD_S} s, so the run stopped without writing its final report (killed, or "
+              f"crashed). This page no longer reloads. python -m tuning.report {run_dir} writes the final "
+              f"report; python -m tuning.run --resume {run_dir} continues the run.")
+    script = ("(function(){var age=(Date.now()-%d)/1000;"
+              "if(age<%d){setTimeout(function(){location.reload();},%d);return;}"
+              "document.addEventListener('DOMContentLoaded',function(){"
+              "document.querySelectorAll('p').forEach(function(p){if(p.textContent.startsWith('LIVE:')){"
+              "p.id='stale';p.textContent=%s.replace('%%MIN%%',Math.round(age/60));}});});})();"
+              % (written * 1000, STALE_S, RELOAD_S * 1000, json.dumps(notice)))
+    script = script.replace("</", "<\\/")  # a path with "</" in it must not end the script
+    return f'<noscript><meta http-equiv="refresh" content="{RELOAD_S}"></noscript><script>{script}</script>'
 
 
 def write_from_records(run_dir: Path, records: list[dict], plan: dict, *, live: bool = True) -> dict:
