@@ -109,6 +109,26 @@ def test_too_few_full_budget_trials_give_no_importance_but_say_why(co_run):
     assert "needs at least 8" in note
 
 
+def test_with_few_full_budget_trials_importance_is_at_the_last_epoch_enough_reached(co_run):
+    # As under ASHA: 3 trials ran the budget of 3 epochs, the other 9 were stopped after epoch 2.
+    trials, epochs, plan = runreport.load(co_run[1])
+    decls, metric, mode = runreport.searched(plan)
+    stopped = trials["trial_id"].iloc[3:]
+    trials.loc[trials["trial_id"].isin(stopped), "stopped_early"] = True
+    epochs = epochs[~(epochs["trial_id"].isin(stopped) & (epochs["training_iteration"] > 2))]
+    imp, note = runreport.importance(trials, decls, metric=metric, mode=mode, max_epochs=3, epochs=epochs)
+    assert f"over the {SAMPLES} trials that reached epoch 2: only 3 ran the full budget of 3 epochs" in note
+    assert set(imp["parameter"]) == set(decls) and imp["importance"].sum() == pytest.approx(1, abs=0.01)
+    # The values at epoch 2, not the final ones: the same study built by hand gives the same shares.
+    at2 = epochs[epochs["training_iteration"] == 2].assign(status="TERMINATED", stopped_early=False)
+    by_hand, _ = runreport.importance(at2, decls, metric=metric, mode=mode, max_epochs=2)
+    assert imp.set_index("parameter")["importance"].to_dict() == by_hand.set_index("parameter")["importance"].to_dict()
+    # Too few at every epoch before the budget: still not computed, and said why.
+    few = epochs[epochs["trial_id"].isin(trials["trial_id"].head(5))]
+    assert runreport.importance(trials.head(5).assign(stopped_early=True), decls, metric=metric, mode=mode,
+                                max_epochs=3, epochs=few)[0] is None
+
+
 def test_cli_regenerates_a_run_dir(co_run, tmp_path, capsys):
     d = _copy(co_run[1], tmp_path)
     assert not (d / "report.html").exists()

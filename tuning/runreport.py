@@ -117,15 +117,21 @@ def _value(v, decl):
 
 
 def importance(trials: pd.DataFrame, decls: dict, *, metric: str, mode: str, max_epochs: int,
-               seed: int = 0) -> tuple[pd.DataFrame | None, str]:
-    """fANOVA importances (Optuna's, on scikit-learn's random forest) of the trials that ran their
-    full budget, as an in-memory Optuna study; or None and why not."""
+               seed: int = 0, epochs: pd.DataFrame | None = None) -> tuple[pd.DataFrame | None, str]:
+    """fANOVA importances (Optuna's, on scikit-learn's random forest) as an in-memory Optuna study,
+    or None and why not. Over the trials that ran their full budget; where fewer than
+    MIN_IMPORTANCE_TRIALS did (ASHA stops most), over the metric at the last epoch that many trials
+    reached, from `epochs`: importance per budget, as HpBandSter's and CAVE's analyses give it."""
     fates = trials.apply(runplots.fate, axis=1) if len(trials) else pd.Series(dtype=str)
     done = trials[(fates == "full") & trials[metric].notna()] if len(trials) else trials
-    if len(done) < MIN_IMPORTANCE_TRIALS:
-        return None, (f"Not computed: {len(done)} trial(s) ran their full budget of {max_epochs} epochs; "
-                      f"fANOVA needs at least {MIN_IMPORTANCE_TRIALS}, or its importances are mostly noise. "
-                      "Run more samples (--num-samples).")
+    rows, at = done, None
+    if len(done) < MIN_IMPORTANCE_TRIALS and epochs is not None and len(epochs):
+        at, rows = _last_common_epoch(epochs, metric, max_epochs)
+    if len(rows) < MIN_IMPORTANCE_TRIALS:
+        earlier = f", and no earlier epoch was reached by {MIN_IMPORTANCE_TRIALS}" if epochs is not None else ""
+        return None, (f"Not computed: {len(done)} trial(s) ran their full budget of {max_epochs} epochs{earlier}; "
+                      f"fANOVA needs at least {MIN_IMPORTANCE_TRIALS} trials, or its importances are mostly "
+                      "noise. Run more samples (--num-samples).")
     try:
         import optuna
 
@@ -134,21 +140,41 @@ def importance(trials: pd.DataFrame, decls: dict, *, metric: str, mode: str, max
         study = optuna.create_study(direction="minimize" if mode == "min" else "maximize")
         study.add_trials([optuna.trial.create_trial(params={k: _value(r[k], d) for k, d in decls.items()},
                                                     distributions=dists, value=float(r[metric]))
-                          for _, r in done.iterrows()])
+                          for _, r in rows.iterrows()])
         imp = optuna.importance.get_param_importances(
             study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed))
     except ImportError as exc:  # an environment installed before they were dependencies
         return None, f"Not computed: {exc} (pip install optuna scikit-learn, or make install)."
     except (ValueError, RuntimeError) as exc:  # e.g. every trial scored the same
-        return None, f"Not computed: fANOVA failed on these {len(done)} trials ({exc})."
+        return None, f"Not computed: fANOVA failed on these {len(rows)} trials ({exc})."
     table = pd.DataFrame({"parameter": list(imp), "importance": [round(v, 3) for v in imp.values()]})
     logs = [k for k, d in decls.items() if isinstance(d, spaces.LogUniform)]
-    return table, (f"fANOVA (Optuna {metadata.version('optuna')}'s FanovaImportanceEvaluator, a random forest of "
-                   f"scikit-learn {metadata.version('scikit-learn')}) over the {len(done)} trials that ran their "
-                   f"full budget: the share of the variance of the final {metric} each parameter explains "
-                   "on its own; the shares add up to 1."
-                   + (f" Log-scale parameters ({', '.join(logs)}) enter as log10 of their value, so each decade "
-                      "of their range weighs the same, as in the search." if logs else ""))
+    how = (f"fANOVA (Optuna {metadata.version('optuna')}'s FanovaImportanceEvaluator, a random forest of "
+           f"scikit-learn {metadata.version('scikit-learn')})")
+    if at is None:
+        what = (f"{how} over the {len(rows)} trials that ran their full budget: the share of the variance of "
+                f"the final {metric} each parameter explains on its own; the shares add up to 1.")
+    else:
+        what = (f"{how} over the {len(rows)} trials that reached epoch {at}: only {len(done)} ran the full "
+                f"budget of {max_epochs} epochs, so this is the share of the variance of the {metric} at "
+                f"epoch {at}, the last epoch at least {MIN_IMPORTANCE_TRIALS} trials reached, that each "
+                "parameter explains on its own; the shares add up to 1. The scheduler kept the better trials "
+                "that long, so these describe the better part of the space, and may change with more epochs.")
+    return table, what + (f" Log-scale parameters ({', '.join(logs)}) enter as log10 of their value, so each "
+                          "decade of their range weighs the same, as in the search." if logs else "")
+
+
+def _last_common_epoch(epochs: pd.DataFrame, metric: str, max_epochs: int) -> tuple[int | None, pd.DataFrame]:
+    """(epoch, one row per trial at it): the last epoch before the full budget at which at least
+    MIN_IMPORTANCE_TRIALS trials reported a real value (a diverged trial's stand-in is not one)."""
+    bad = epochs["diverged"].map(lambda v: str(v).lower() == "true") if "diverged" in epochs else False
+    real = epochs[epochs[metric].notna() & ~bad].drop_duplicates(["trial_id", "training_iteration"], keep="last")
+    counts = real.groupby("training_iteration")["trial_id"].nunique()
+    reached = counts[(counts >= MIN_IMPORTANCE_TRIALS) & (counts.index < max_epochs)]
+    if reached.empty:
+        return None, real.iloc[:0]
+    at = int(reached.index.max())
+    return at, real[real["training_iteration"] == at]
 
 
 # ---------------------------------------------------------------- text
@@ -294,7 +320,8 @@ def write_report(run_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame, plan
     decls, metric, mode = searched(plan)
     run_dir, plan = Path(run_dir), {**plan, "metric": metric, "mode": mode}  # what the parts below read
     figures = _figures(run_dir, trials, epochs, plan, decls)
-    imp = importance(trials, decls, metric=metric, mode=mode, max_epochs=plan["max_epochs"], seed=plan.get("seed") or 0)
+    imp = importance(trials, decls, metric=metric, mode=mode, max_epochs=plan["max_epochs"],
+                     seed=plan.get("seed") or 0, epochs=epochs)
     blocks = _blocks(trials, epochs, plan, decls, figures, imp, live)
     md, page = run_dir / "report.md", run_dir / "report.html"
     results.write_text(md, render_markdown(blocks))
