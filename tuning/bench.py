@@ -9,7 +9,9 @@ shared machine drift. Sections:
   throughput the trainer's training images/s against a bare PyTorch loop, at two batch sizes
   data       loading the split the first time and from the per-process cache; augmentation cost
   memory     a trial's peak RSS and its growth from epoch 2 to the last
-  scheduler  epochs recomputed under BOHB; trial-seconds spent in trials ASHA later stopped
+  scheduler  epochs recomputed under BOHB; trial-seconds spent in trials ASHA later stopped; what a
+             pause and resume costs and what made it cheap; Hyperband's and BOHB's wall time
+             against ASHA's (tuning/benchsched.py)
   ddp        epoch time at 1 vs 2 CPU ranks, the cost of starting a trial's ranks, and the share
              of a DDP step spent communicating
 """
@@ -35,14 +37,15 @@ GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50"
          "rss_growth_epoch2_to_last_mb": "no growth", "bohb_recomputed_epochs": "0"}
 
 
-def _synthetic(n_train: int):
+def synthetic(n_train: int):
+    """Synthetic CIFAR-10 with at least n_train training images beside a validation tenth, under ./data."""
     src = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=max(n_train + n_train // 9, 5000),
                        synthetic_test=1000)
     return src
 
 
-def _tune(space, strategy: str, *, num_samples: int, max_epochs: int, cpus: float, source=None,
-          max_train=None, max_val=None, **spec):
+def run_tune(space, strategy: str, *, num_samples: int, max_epochs: int, cpus: float, source=None,
+             max_train=None, max_val=None, **spec):
     """One experiment through the same backend.run path as tuning.run; returns the recorder."""
     import tempfile
 
@@ -79,18 +82,18 @@ def bench_overhead(quick: bool) -> list[dict]:
     cpus = os.cpu_count() or 1
     space = Space(params={"x": Uniform(0.0, 1.0)}, trainer="tuning.bench:busy", fixed={"seconds": t},
                   gpus_per_trial=0)
-    rec = _tune(space, "random", num_samples=n, max_epochs=1, cpus=1)
-    logged = _tune(space, "random", num_samples=n, max_epochs=1, cpus=1, tune_logs=True)
+    rec = run_tune(space, "random", num_samples=n, max_epochs=1, cpus=1)
+    logged = run_tune(space, "random", num_samples=n, max_epochs=1, cpus=1, tune_logs=True)
     ideal = n * t / cpus
     loop = max(r["wall_s"] for r in rec.rows) - min(rec.starts.values())
     detail = f"{n} trials x {t:g} s of CPU work on {cpus} CPUs; ideal {ideal:g} s"
-    return [_row("overhead", "harness_overhead_ratio", rec.wall_s / ideal, "x", f"tune.run wall / ideal; {detail}"),
-            _row("overhead", "harness_overhead_ratio_loop", loop / ideal, "x",
-                 f"first trial start to last result / ideal; {detail}"),
-            _row("overhead", "start_to_first_trial_s", min(rec.starts.values()), "s",
-                 "tune.run called to the first trial running: a trial process starting, importing its trainable"),
-            _row("overhead", "harness_overhead_ratio_tune_logs", logged.wall_s / ideal, "x",
-                 f"the same with Tune's per-trial loggers on (tuning.run --tune-logs); {detail}")]
+    return [row("overhead", "harness_overhead_ratio", rec.wall_s / ideal, "x", f"tune.run wall / ideal; {detail}"),
+            row("overhead", "harness_overhead_ratio_loop", loop / ideal, "x",
+                f"first trial start to last result / ideal; {detail}"),
+            row("overhead", "start_to_first_trial_s", min(rec.starts.values()), "s",
+                "tune.run called to the first trial running: a trial process starting, importing its trainable"),
+            row("overhead", "harness_overhead_ratio_tune_logs", logged.wall_s / ideal, "x",
+                f"the same with Tune's per-trial loggers on (tuning.run --tune-logs); {detail}")]
 
 
 def bench_trial(quick: bool) -> list[dict]:
@@ -98,71 +101,19 @@ def bench_trial(quick: bool) -> list[dict]:
     and evaluation: what the trainable and Tune add. One trial at a time, so all share an actor."""
     k, n = (3, 512) if quick else (8, 1024)
     cpus = os.cpu_count() or 1
-    rec = _tune(spaces.load("cifar_asha"), "random", num_samples=k, max_epochs=1, cpus=cpus,
-                source=_synthetic(n), max_train=n, max_val=256)
+    rec = run_tune(spaces.load("cifar_asha"), "random", num_samples=k, max_epochs=1, cpus=cpus,
+                   source=synthetic(n), max_train=n, max_val=256)
     rows = sorted(rec.rows, key=lambda r: rec.starts[r["trial_id"]])
     over = [1000 * (r["wall_s"] - rec.starts[r["trial_id"]] - r["train_time_s"] - r["eval_time_s"]) for r in rows]
     detail = f"{k} trials of 1 epoch on {n:,} images, one at a time in a reused actor"
-    return [_row("trial", "trial_overhead_first_ms", over[0], "ms", f"first trial in the process; {detail}"),
-            _row("trial", "trial_overhead_later_ms", statistics.median(over[1:]), "ms", f"median of later; {detail}")]
+    return [row("trial", "trial_overhead_first_ms", over[0], "ms", f"first trial in the process; {detail}"),
+            row("trial", "trial_overhead_later_ms", statistics.median(over[1:]), "ms", f"median of later; {detail}")]
 
 
 def bench_scheduler(quick: bool) -> list[dict]:
-    n_img = 256 if quick else 512
-    source = _synthetic(n_img)
-    bohb = _tune(spaces.load("cifar_bohb"), "bohb", num_samples=9, max_epochs=3, cpus=1, source=source,
-                 max_train=n_img, max_val=128)
-    seen, again = set(), 0
-    for r in bohb.rows:
-        again += (r["trial_id"], r["epoch"]) in seen
-        seen.add((r["trial_id"], r["epoch"]))
-    resumed = len({r["trial_id"] for r in bohb.rows if r.get("restored_from")})
-    n, max_t = (4, 2) if quick else (16, 8)
-    asha = _tune(spaces.load("cifar_asha"), "asha", num_samples=n, max_epochs=max_t, cpus=1, source=source,
-                 max_train=n_img, max_val=128)
-    per_trial: dict[str, list] = {}
-    for r in asha.rows:
-        per_trial.setdefault(r["trial_id"], []).append(r)
-    stopped = sum(rs[-1]["time_total_s"] for rs in per_trial.values() if rs[-1]["training_iteration"] < max_t)
-    total = sum(rs[-1]["time_total_s"] for rs in per_trial.values())
-    return [_row("scheduler", "bohb_recomputed_epochs", again, "epochs",
-                 f"9 trials, 3 epochs, eta 3; {resumed} trials paused and resumed"),
-            _row("scheduler", "asha_stopped_trial_seconds_share", stopped / total, "fraction",
-                 f"{n} trials, max {max_t} epochs, eta 2: trial-seconds of trials ASHA stopped early"),
-            *_pause_cost(quick, source), *_hyperband_wall(quick)]
+    from tuning import benchsched  # its own module: the scheduler's costs, through Ray and HpBandSter
 
-
-def _gaps(rows: list[dict]) -> float:
-    """Median time between consecutive results outside the epochs' own training and evaluation."""
-    return statistics.median(b["wall_s"] - a["wall_s"] - b["train_time_s"] - b["eval_time_s"]
-                             for a, b in zip(rows, rows[1:]))
-
-
-def _pause_cost(quick: bool, source) -> list[dict]:
-    """Two CIFAR trials that take every CPU, so one runs at a time: once back to back (FIFO), once
-    paused after every epoch, so that each result is one pause and one resume (in the actor the
-    other trial just left) away from the last. The difference of the median gaps is their cost."""
-    epochs, cpus = (2 if quick else 6), os.cpu_count() or 1
-    runs = {pause: _tune(spaces.load("cifar_asha"), "random", num_samples=2, max_epochs=epochs, cpus=cpus,
-                         source=source, max_train=256, max_val=64, pause_every_result=pause)
-            for pause in (False, True)}
-    detail = f"2 CIFAR trials x {epochs} epochs on 256 images, {cpus:g} CPUs each"
-    return [_row("scheduler", "pause_resume_s", _gaps(runs[True].rows) - _gaps(runs[False].rows), "s",
-                 f"one pause and resume in a reused actor, beyond a plain epoch boundary; {detail}")]
-
-
-def _hyperband_wall(quick: bool) -> list[dict]:
-    """Wall time of Hyperband and BOHB (synchronous brackets: many pauses) against ASHA (none)
-    on counting ones at the same budget of full evaluations."""
-    if quick:  # minutes even at small budgets; tests/test_hyperband.py runs these paths
-        return []
-    budget, max_t = 100, 81
-    wall = {s: _tune(spaces.load("counting_ones"), s, num_samples=budget * max_t + 1, max_epochs=max_t, cpus=1,
-                     budget_iterations=budget * max_t, snapshot_every_step=False).wall_s
-            for s in ("asha", "hyperband", "bohb")}
-    detail = f"counting ones, {budget} full evaluations of {max_t} iterations; ASHA {wall['asha']:.1f} s"
-    return [_row("scheduler", f"{s}_to_asha_wall_ratio", wall[s] / wall["asha"], "x", detail)
-            for s in ("hyperband", "bohb")]
+    return benchsched.bench_scheduler(quick)
 
 
 # ---------------------------------------------------------------- the trainer alone
@@ -199,7 +150,7 @@ def _bare_loop(train, batch: int, threads: int, epochs: int = 3, device: str = "
 def bench_throughput(quick: bool) -> list[dict]:
     cpus = os.cpu_count() or 1
     n = 1024 if quick else 8192
-    train, val = data.load_train_val(_synthetic(n), max_train=n, max_val=256)
+    train, val = data.load_train_val(synthetic(n), max_train=n, max_val=256)
     rows = []
     for batch in (128, 512):
         torch.set_num_threads(cpus)
@@ -209,9 +160,9 @@ def bench_throughput(quick: bool) -> list[dict]:
         # The fastest of epochs 2-3 on each side: a shared machine only ever slows a run down.
         mine, bare = max(m["images_per_s"] for m in seen[1:]), _bare_loop(train, batch, cpus)
         detail = f"{n} images, {cpus} threads, fastest of epochs 2-3"
-        rows += [_row("throughput", f"trainer_images_per_s_bs{batch}", mine, "img/s", detail),
-                 _row("throughput", f"bare_loop_images_per_s_bs{batch}", bare, "img/s", detail),
-                 _row("throughput", f"throughput_ratio_bs{batch}", mine / bare, "x", "trainer / bare loop")]
+        rows += [row("throughput", f"trainer_images_per_s_bs{batch}", mine, "img/s", detail),
+                 row("throughput", f"bare_loop_images_per_s_bs{batch}", bare, "img/s", detail),
+                 row("throughput", f"throughput_ratio_bs{batch}", mine / bare, "x", "trainer / bare loop")]
     return rows
 
 
@@ -233,19 +184,19 @@ def bench_data(quick: bool) -> list[dict]:
         trainer.augment(train.x[i:i + 256], flips[i:i + 256], shifts[i:i + 256])
     aug = time.perf_counter() - t
     detail = f"{len(train)} training images (synthetic, CIFAR-10's format and size)"
-    return [_row("data", "load_first_s", first, "s", f"read, md5-check, split, normalise; {detail}"),
-            _row("data", "load_cached_ms", 1000 * cached, "ms", "the same call again in the same process"),
-            _row("data", "augment_per_epoch_s", aug, "s", f"flip + translate, batches of 256; {detail}")]
+    return [row("data", "load_first_s", first, "s", f"read, md5-check, split, normalise; {detail}"),
+            row("data", "load_cached_ms", 1000 * cached, "ms", "the same call again in the same process"),
+            row("data", "augment_per_epoch_s", aug, "s", f"flip + translate, batches of 256; {detail}")]
 
 
 def bench_memory(quick: bool) -> list[dict]:
     epochs, n = (4, 512) if quick else (10, 1024)
-    rec = _tune(spaces.load("cifar_asha"), "random", num_samples=1, max_epochs=epochs, cpus=os.cpu_count() or 1,
-                source=_synthetic(n), max_train=n, max_val=256)
+    rec = run_tune(spaces.load("cifar_asha"), "random", num_samples=1, max_epochs=epochs, cpus=os.cpu_count() or 1,
+                   source=synthetic(n), max_train=n, max_val=256)
     rss = [r["rss_mb"] for r in rec.rows]
     detail = f"one CIFAR trial, {epochs} epochs on {n:,} images"
-    return [_row("memory", "trial_peak_rss_mb", max(r["peak_rss_mb"] for r in rec.rows), "MB", detail),
-            _row("memory", "rss_growth_epoch2_to_last_mb", rss[-1] - rss[1], "MB", detail)]
+    return [row("memory", "trial_peak_rss_mb", max(r["peak_rss_mb"] for r in rec.rows), "MB", detail),
+            row("memory", "rss_growth_epoch2_to_last_mb", rss[-1] - rss[1], "MB", detail)]
 
 
 # ---------------------------------------------------------------- ddp
@@ -316,19 +267,19 @@ def bench_ddp(quick: bool) -> list[dict]:
     two = last_epoch(2, max(1, cpus // 2))
     detail = f"{n_train} images, global batch {batch}, {cpus} CPUs shared by the ranks; last of {epochs} epochs"
     rows += [
-        _row("ddp", "epoch_train_s_1_rank", one["train_time_s"], "s", detail),
-        _row("ddp", "epoch_train_s_2_ranks", two["train_time_s"], "s", detail),
-        _row("ddp", "speedup_2_ranks_vs_1", one["train_time_s"] / two["train_time_s"], "x", detail),
+        row("ddp", "epoch_train_s_1_rank", one["train_time_s"], "s", detail),
+        row("ddp", "epoch_train_s_2_ranks", two["train_time_s"], "s", detail),
+        row("ddp", "speedup_2_ranks_vs_1", one["train_time_s"] / two["train_time_s"], "x", detail),
     ]
     starts = []
     for _ in range(1 if quick else 4):
         t = time.perf_counter()
         distributed.run(_noop_rank, {}, world_size=2)
         starts.append(time.perf_counter() - t)
-    rows.append(_row("ddp", "rank_start_cost_per_trial", statistics.median(starts), "s",
-                     f"spawn 2 gloo ranks, import torch, rendezvous, barrier, exit; median of {len(starts)}"))
-    rows.append(_row("ddp", "run_overhead_2_ranks", two["wall_s"] - epochs * (two["train_time_s"] + two["eval_time_s"]),
-                     "s", "a 2-rank training call's wall time outside its epochs"))
+    rows.append(row("ddp", "rank_start_cost_per_trial", statistics.median(starts), "s",
+                    f"spawn 2 gloo ranks, import torch, rendezvous, barrier, exit; median of {len(starts)}"))
+    rows.append(row("ddp", "run_overhead_2_ranks", two["wall_s"] - epochs * (two["train_time_s"] + two["eval_time_s"]),
+                    "s", "a 2-rank training call's wall time outside its epochs"))
 
     steps = 3 if quick else 15
     got = []
@@ -337,12 +288,12 @@ def bench_ddp(quick: bool) -> list[dict]:
     ddp, no_sync, local = got[0]["ddp_step_s"], got[0]["no_sync_step_s"], got[0]["local_step_s"]
     step_detail = f"median of {steps} steps, batch {batch // 2} per rank, both ranks stepping at once"
     rows += [
-        _row("ddp", "step_s_2_ranks", ddp, "s", step_detail),
-        _row("ddp", "step_s_2_ranks_no_communication", local, "s", "plain BatchNorm, no DDP: compute alone"),
-        _row("ddp", "grad_allreduce_share_of_step", (ddp - no_sync) / ddp, "fraction",
-             "DDP step vs the same step under no_sync()"),
-        _row("ddp", "syncbn_share_of_step", (no_sync - local) / ddp, "fraction",
-             "global-batch BatchNorm statistics: no_sync() step vs no communication"),
+        row("ddp", "step_s_2_ranks", ddp, "s", step_detail),
+        row("ddp", "step_s_2_ranks_no_communication", local, "s", "plain BatchNorm, no DDP: compute alone"),
+        row("ddp", "grad_allreduce_share_of_step", (ddp - no_sync) / ddp, "fraction",
+            "DDP step vs the same step under no_sync()"),
+        row("ddp", "syncbn_share_of_step", (no_sync - local) / ddp, "fraction",
+            "global-batch BatchNorm statistics: no_sync() step vs no communication"),
     ]
     return rows
 
@@ -354,7 +305,8 @@ SECTIONS = {"overhead": bench_overhead, "trial": bench_trial, "throughput": benc
             "memory": bench_memory, "scheduler": bench_scheduler, "ddp": bench_ddp}
 
 
-def _row(section: str, metric: str, value: float, unit: str, detail: str) -> dict:
+def row(section: str, metric: str, value: float, unit: str, detail: str) -> dict:
+    """One figure of bench.csv; its goal, if docs/performance.md sets one."""
     return {"section": section, "metric": metric, "value": round(float(value), 4), "unit": unit,
             "goal": GOALS.get(metric, ""), "detail": detail}
 

@@ -89,7 +89,9 @@ class RunSpec:
     # they cost more than the trials (tuning.bench); on for users who read TensorBoard.
     tune_logs: bool = False
     callbacks: list = field(default_factory=list)
-    pause_every_result: bool = False  # tuning.bench: what a pause and resume cost
+    # tuning.bench: what a pause and resume cost. "new_actor": Tune's own finished search, so that a
+    # paused trial with no other trial waiting loses its actor and its resume starts a new one.
+    pause_every_result: bool | str = False
     # Growing a search (tuning.run --add-samples, --warm-start, --time-budget). An extension is a
     # resume with add_samples new trials, the extension-th of the run (its seed lineage).
     add_samples: int = 0

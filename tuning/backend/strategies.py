@@ -76,13 +76,13 @@ class RandomSearch(BasicVariantGenerator):
 
     With a scheduler that pauses trials, the search counts as finished only once every trial of
     that scheduler is. Tune keeps a stopped or paused trial's actor for reuse only while its search
-    is unfinished, and a search whose last trial has been created counts as finished: from then on
-    every pause destroyed the trial's process and its resume started a new one that imported torch
-    and the trainable again (tens of seconds per pause and resume of a CIFAR trial on a 2-core
-    machine; tuning.bench measures the reused case). A paused trial is work to come. Tune ends the
-    experiment when its trials are done and the search is finished, the same moment: nothing waits
-    longer. (A trial paused while every other is finished still loses its process: Tune marks it
-    terminated before it decides.)"""
+    is unfinished or another trial is staged for the resources, and a search whose last trial has
+    been created counts as finished: from then on a pause with no trial staged destroyed the
+    trial's process and its resume started a new one that imported torch and the trainable again
+    (tuning.bench measures a pause and resume both ways). A paused trial is work to come. Tune
+    ends the experiment when its trials are done and the search is finished, the same moment:
+    nothing waits longer. (A trial paused while every other is finished still loses its process:
+    Tune marks it terminated before it decides.)"""
 
     def __init__(self, *args, scheduler=None, more: int = 0, **kwargs):
         super().__init__(*args, **kwargs)
@@ -197,6 +197,8 @@ def build(spec, budget=None):
         raise spaces.SpaceError(f"strategy {strategy!r} unknown: use one of {', '.join(spaces.STRATEGIES)}")
     if spec.pause_every_result:  # tuning.bench: random proposals, each trial paused after every result
         scheduler = PauseEveryResult()
-        search = RandomSearch(scheduler=scheduler, random_state=seed)
+        # Tune's own generator, finished once its trials exist: what RandomSearch's open search avoids.
+        open_search = spec.pause_every_result != "new_actor"
+        search = RandomSearch(scheduler=scheduler if open_search else None, random_state=seed)
     scheduler.budget = budget
     return config, search, scheduler
