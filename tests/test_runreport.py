@@ -3,6 +3,7 @@
 covering every way a trial can end."""
 
 import io
+import json
 import logging
 import logging.handlers
 import os
@@ -136,6 +137,29 @@ def test_cli_regenerates_a_run_dir(co_run, tmp_path, capsys):
     assert f"Report: {d / 'report.html'}" in capsys.readouterr().out
     md = (d / "report.md").read_text()
     assert all(t in md for t in pd.read_csv(d / "trials.csv")["trial_id"])
+    assert all((d / f).exists() for f in runreport.FIGURES.values())
+
+
+def test_a_killed_run_without_tables_gets_its_report_from_results_jsonl(co_run, tmp_path, capsys):
+    # What a stale live page tells the user to run: the run was killed before writing its tables.
+    d = _copy(co_run[1], tmp_path)
+    for f in [*d.glob("trials.*"), *d.glob("epochs.*")]:
+        f.unlink()
+    plan = json.loads((d / "run.json").read_text())
+    (d / "run.json").write_text(json.dumps({**plan, "status": "running"}))
+    rows = [json.loads(line) for line in (d / results.ROWS_FILE).read_text().splitlines()]
+    cut = rows[0]["trial_id"]  # cut off after epoch 2 of 3
+    rows = [r for r in rows if not (r["trial_id"] == cut and r["training_iteration"] == 3)]
+    (d / results.ROWS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert report.main([str(d)]) == 0, capsys.readouterr().err
+    md = (d / "report.md").read_text()
+    assert "Status: stopped before writing its tables (killed or crashed; run.json still says 'running')" in md
+    section = md[md.index("## Trials"):md.index("## Provenance")]
+    lines = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert len(lines) == SAMPLES and all(t in section for t in {r["trial_id"] for r in rows})
+    short = [line for line in lines if "short of its budget when the run stopped" in line]
+    assert len(short) == 1 and cut in short[0]
+    assert sum("full budget" in line for line in lines) == SAMPLES - 1
     assert all((d / f).exists() for f in runreport.FIGURES.values())
 
 

@@ -28,7 +28,11 @@ FATES = {
     "diverged": ("-.", "v", "diverged (metric turned NaN/inf after its last point)"),
     "failed": (":", "X", "failed (training raised)"),
     "running": ("-", ">", "still running or waiting"),
+    "stopped": ("--", "s", "short of its budget when the run stopped (stopped early, or cut off)"),
 }
+# The status of such a trial in a report rebuilt from results.jsonl: without Tune's state, which
+# trials the scheduler stopped early is not known.
+STOPPED = "STOPPED"
 RESUMED = ("o", "paused, then resumed from its checkpoint at this epoch")
 
 
@@ -38,6 +42,8 @@ def fate(row) -> str:
         return "failed"
     if bool(row.get("diverged")):
         return "diverged"
+    if row["status"] == STOPPED:
+        return "stopped"
     if row["status"] != "TERMINATED":
         return "running"
     return "early" if bool(row.get("stopped_early")) else "full"

@@ -3,8 +3,9 @@ inlined as base64 PNG) and the PNGs beside them, in the run's results dir.
 
 tuning.run writes it at the end of every run and, while the run is going, at most every 30 s
 (the live page reloads itself and says it is live). ``python -m tuning.report DIR`` writes it
-again from the files of DIR: run.json and the trials and epochs tables. Every file is replaced
-atomically, so a browser or a reader never sees half a report. Nothing here knows about Ray.
+again from the files of DIR: run.json and the trials and epochs tables (results.jsonl when a
+killed run left none). Every file is replaced atomically, so a browser or a reader never sees
+half a report. Nothing here knows about Ray.
 """
 
 from __future__ import annotations
@@ -188,7 +189,8 @@ def _cell(v) -> str:
 
 def _outcome(row) -> str:
     text = {"full": "full budget", "early": "stopped early", "diverged": "diverged",
-            "failed": f"failed: {_cell(row.get('error'))}", "running": str(row["status"]).lower()}[runplots.fate(row)]
+            "failed": f"failed: {_cell(row.get('error'))}", "running": str(row["status"]).lower(),
+            "stopped": "short of its budget when the run stopped"}[runplots.fate(row)]
     back = runplots.resumed_epochs(row.get("resumed_at"))
     return text + (f"; paused, resumed at epoch {', '.join(map(str, back))}" if back else "")
 
@@ -359,6 +361,35 @@ def write_from_records(run_dir: Path, records: list[dict], plan: dict, *, live: 
 
 def regenerate(run_dir: Path) -> dict:
     """``python -m tuning.report RUN_DIR``: the report again, from the files of the run dir. A
-    report regenerated this way never reloads itself, whatever the run is doing."""
-    trials, epochs, plan = load(run_dir)
+    report regenerated this way never reloads itself, whatever the run is doing. A run that
+    stopped before writing its tables (killed, crashed) gets its report from results.jsonl,
+    which is written as results arrive: what its stale live page promises."""
+    run_dir = Path(run_dir)
+    try:
+        trials, epochs, plan = load(run_dir)
+    except ReportError:
+        tables = [f"{name}.{ext}" for name in ("trials", "epochs") for ext in ("csv", "parquet")]
+        rows = results.read_rows(run_dir / results.ROWS_FILE)
+        if not rows or any((run_dir / f).exists() for f in tables):  # nothing to rebuild, or damage
+            raise
+        plan = _read_json(run_dir / "run.json")
+        return write_report(run_dir, *_tables_from_rows(rows, plan), live=False)
     return write_report(run_dir, trials, epochs, plan, live=False)
+
+
+def _tables_from_rows(rows: dict[str, list[dict]], plan: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
+    """(trials, epochs, plan) from results.jsonl alone. Which trials the scheduler stopped is
+    Tune's to know, not the rows': a trial short of its full budget is runplots.STOPPED, and the
+    report's status says why it cannot tell."""
+    decls, metric, mode = searched(plan)
+    records = [{"trial_id": tid, "config": r[-1].get("config") or {}, "rows": r,
+                "status": "TERMINATED" if max(int(x.get("training_iteration") or 0) for x in r)
+                >= plan["max_epochs"] else runplots.STOPPED} for tid, r in rows.items()]
+    plan = {**plan, "status": (f"stopped before writing its tables (killed or crashed; run.json still says "
+                               f"{plan.get('status', 'nothing')!r}). This report is rebuilt from "
+                               f"{results.ROWS_FILE}: a trial short of its full budget was stopped early "
+                               f"or cut off by the stop, and python -m tuning.run --resume continues it")}
+    params = list(decls)
+    trials = results.trials_table(records, params, strategy=plan["strategy"], max_epochs=plan["max_epochs"],
+                                  metric=metric, mode=mode)
+    return trials, results.epochs_table(records, params), plan
