@@ -234,8 +234,9 @@ class VectorisedBOHB(BOHB):
     fraction and the l/g rule are all theirs), with its proposal step vectorised.
 
     The original draws its num_samples candidates one scalar at a time through
-    scipy.stats.truncnorm and evaluates both KDEs once per candidate: 0.2 s per proposal on
-    counting ones, which held up the whole Tune loop (27 s of a 48 s run). Here the same candidates
+    scipy.stats.truncnorm and evaluates both KDEs once per candidate, and the Tune loop waits for
+    it: 298 ms per proposal on counting ones against 56 ms here (python -m tuning.bench --only
+    scheduler, docs/bench/scheduler-2026-12-02). Here the same candidates
     (a random good point, each continuous value from a truncated normal of bandwidth_factor x its
     bandwidth, each categorical kept with probability 1 - bandwidth) are drawn in one call and both
     KDEs evaluated on all of them at once. Configuration spaces with conditions are not supported,
