@@ -76,12 +76,18 @@ def _table(run_dir: Path, name: str) -> pd.DataFrame:
 
 
 def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """(trials, epochs, plan) of a tuning.run results dir."""
+    """(trials, epochs, plan) of a tuning.run results dir; of a run killed before it wrote its
+    tables, built from results.jsonl."""
     run_dir = Path(run_dir)
     plan = _read_json(run_dir / "run.json")
     missing = [k for k in ("space", "strategy", "max_epochs") if k not in plan]
     if missing:
         raise ReportError(f"{run_dir / 'run.json'} lacks {missing}: not a run.json tuning.run wrote")
+    tables = [run_dir / f"{name}.{ext}" for name in ("trials", "epochs") for ext in ("csv", "parquet")]
+    rows = results.read_rows(run_dir / results.ROWS_FILE) if not any(map(Path.exists, tables)) else {}
+    if rows:  # killed or crashed before writing its tables: what its stale live page promises
+        plan = _killed(plan)
+        return (*_tables_from_records(_records_from_rows(rows, plan), plan), plan)
     trials, epochs = _table(run_dir, "trials"), _table(run_dir, "epochs")
     metric = searched(plan)[1]
     for name, df, need in (("trials", trials, ["trial_id", "status", metric]),
@@ -352,44 +358,34 @@ def _live_head(run_dir: Path, written: float) -> str:
 
 def write_from_records(run_dir: Path, records: list[dict], plan: dict, *, live: bool = True) -> dict:
     """The report from tuning.backend's plain per-trial records: what the live report is built from."""
+    return write_report(run_dir, *_tables_from_records(records, plan), plan, live=live)
+
+
+def _tables_from_records(records: list[dict], plan: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     decls, metric, mode = searched(plan)
     params = list(decls)
     trials = results.trials_table(records, params, strategy=plan["strategy"], max_epochs=plan["max_epochs"],
                                   metric=metric, mode=mode)
-    return write_report(run_dir, trials, results.epochs_table(records, params), plan, live=live)
+    return trials, results.epochs_table(records, params)
 
 
 def regenerate(run_dir: Path) -> dict:
     """``python -m tuning.report RUN_DIR``: the report again, from the files of the run dir. A
-    report regenerated this way never reloads itself, whatever the run is doing. A run that
-    stopped before writing its tables (killed, crashed) gets its report from results.jsonl,
-    which is written as results arrive: what its stale live page promises."""
-    run_dir = Path(run_dir)
-    try:
-        trials, epochs, plan = load(run_dir)
-    except ReportError:
-        tables = [f"{name}.{ext}" for name in ("trials", "epochs") for ext in ("csv", "parquet")]
-        rows = results.read_rows(run_dir / results.ROWS_FILE)
-        if not rows or any((run_dir / f).exists() for f in tables):  # nothing to rebuild, or damage
-            raise
-        plan = _read_json(run_dir / "run.json")
-        return write_report(run_dir, *_tables_from_rows(rows, plan), live=False)
+    report regenerated this way never reloads itself, whatever the run is doing."""
+    trials, epochs, plan = load(run_dir)
     return write_report(run_dir, trials, epochs, plan, live=False)
 
 
-def _tables_from_rows(rows: dict[str, list[dict]], plan: dict) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """(trials, epochs, plan) from results.jsonl alone. Which trials the scheduler stopped is
-    Tune's to know, not the rows': a trial short of its full budget is runplots.STOPPED, and the
-    report's status says why it cannot tell."""
-    decls, metric, mode = searched(plan)
-    records = [{"trial_id": tid, "config": r[-1].get("config") or {}, "rows": r,
-                "status": "TERMINATED" if max(int(x.get("training_iteration") or 0) for x in r)
-                >= plan["max_epochs"] else runplots.STOPPED} for tid, r in rows.items()]
-    plan = {**plan, "status": (f"stopped before writing its tables (killed or crashed; run.json still says "
+def _killed(plan: dict) -> dict:
+    return {**plan, "status": (f"stopped before writing its tables (killed or crashed; run.json still says "
                                f"{plan.get('status', 'nothing')!r}). This report is rebuilt from "
                                f"{results.ROWS_FILE}: a trial short of its full budget was stopped early "
                                f"or cut off by the stop, and python -m tuning.run --resume continues it")}
-    params = list(decls)
-    trials = results.trials_table(records, params, strategy=plan["strategy"], max_epochs=plan["max_epochs"],
-                                  metric=metric, mode=mode)
-    return trials, results.epochs_table(records, params), plan
+
+
+def _records_from_rows(rows: dict[str, list[dict]], plan: dict) -> list[dict]:
+    """Records from results.jsonl alone. Which trials the scheduler stopped is Tune's to know, not
+    the rows': a trial short of its full budget is runplots.STOPPED, and _killed's status says so."""
+    return [{"trial_id": tid, "config": r[-1].get("config") or {}, "rows": r,
+             "status": "TERMINATED" if max(int(x.get("training_iteration") or 0) for x in r)
+             >= plan["max_epochs"] else runplots.STOPPED} for tid, r in rows.items()]
