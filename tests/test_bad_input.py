@@ -2,7 +2,6 @@
 nothing already on disk changed."""
 
 import hashlib
-import json
 import os
 import shutil
 import subprocess
@@ -122,6 +121,12 @@ def test_address_auto_with_no_cluster_on_the_machine(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+def _run_json(folder, status: str) -> None:
+    from tuning.record import RunRecord
+
+    RunRecord(space="cifar_asha", strategy="asha", seed=0, num_samples=2, max_epochs=2, status=status).write(folder)
+
+
 def test_resume_of_a_missing_dir(capsys, workdir):
     _refused(capsys, ["--resume", str(workdir / "gone")], "no such folder", workdir)
 
@@ -131,7 +136,7 @@ def test_resume_of_a_dir_that_is_no_experiment(capsys, workdir):
 
 
 def test_resume_of_a_finished_experiment(capsys, workdir):
-    (workdir / "earlier" / "run.json").write_text(json.dumps({"space": "cifar_asha", "status": "finished"}))
+    _run_json(workdir / "earlier", "finished")
     _refused(capsys, ["--resume", str(workdir / "earlier")], "finished already", workdir)
 
 
@@ -142,7 +147,7 @@ def test_results_dir_with_results_in_it(capsys, workdir):
 def test_results_dir_held_by_another_run(capsys, workdir):
     from filelock import FileLock
 
-    (workdir / "earlier" / "run.json").write_text(json.dumps({"space": "cifar_asha", "status": "running"}))
+    _run_json(workdir / "earlier", "running")
     with FileLock(str(workdir / "earlier" / ".lock")):
         before = _tree(workdir)
         _refused(capsys, ["--resume", str(workdir / "earlier")], "in use by another tuning.run", workdir)

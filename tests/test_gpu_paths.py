@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from tuning import run, spaces
+from tuning import api, run, spaces
 from tuning.backend.trainables import oom_message
 
 TESTS = Path(__file__).resolve().parent
@@ -32,27 +32,28 @@ def _cluster(cpus: float, gpus: float) -> dict:
     return {"nodes": [{"alive": True, "cpus": cpus, "gpus": gpus}]}
 
 
-def _args(**flags):
-    return run.build_parser().parse_args(["--space", "cifar_asha", *[
-        x for k, v in flags.items() for x in (f"--{k.replace('_', '-')}", str(v))]])
+def _resources(space, cluster, gpus_per_trial=None):
+    """(cpus, gpus, workers) per trial, as tuning.api checks and records them."""
+    res, workers = api._resources(space, cluster, None, gpus_per_trial, None)
+    return res["cpu"], res["gpu"], workers
 
 
 def test_a_quarter_gpu_per_trial_is_accepted_on_one_gpu():
     space = spaces.load("cifar_asha")
-    assert run._resources(space, _args(gpus_per_trial=0.25), _cluster(16, 1)) == (1, 0.25, 1)
-    assert run._resources(space, _args(), _cluster(16, 1)) == (1, 1, 1)  # auto: a whole GPU each
+    assert _resources(space, _cluster(16, 1), gpus_per_trial=0.25) == (1, 0.25, 1)
+    assert _resources(space, _cluster(16, 1)) == (1, 1, 1)  # auto: a whole GPU each
 
 
 @pytest.mark.parametrize("gpus,needle", [(2, "more than the 1 GPUs of the largest Ray node"),
                                          (1.5, "give a whole number"),
                                          (0.25, None)])
 def test_gpus_per_trial_against_one_gpu(gpus, needle):
-    space, args = spaces.load("cifar_asha"), _args(gpus_per_trial=gpus)
+    space = spaces.load("cifar_asha")
     if needle is None:
-        assert run._resources(space, args, _cluster(16, 1))[1] == gpus
+        assert _resources(space, _cluster(16, 1), gpus)[1] == gpus
     else:
-        with pytest.raises(run.UsageError, match=needle):
-            run._resources(space, args, _cluster(16, 1))
+        with pytest.raises(api.UsageError, match=needle):
+            _resources(space, _cluster(16, 1), gpus)
 
 
 @pytest.fixture

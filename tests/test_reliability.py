@@ -243,11 +243,11 @@ def test_a_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog)
         trainer.write_checkpoint({"epoch": epoch, "w": torch.ones(3) * epoch}, d)
     latest = tmp_path / "checkpoint_000001" / trainer.CHECKPOINT_FILE
     latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])  # a crash mid-write
-    state = restore(Checkpoint.from_directory(str(tmp_path / "checkpoint_000001")))
-    assert state["epoch"] == 1
+    state, epochs = restore(Checkpoint.from_directory(str(tmp_path / "checkpoint_000001")))
+    assert state["epoch"] == 1 and epochs == 1
     assert "checkpoint_000001 is unreadable" in caplog.text and "previous checkpoint" in caplog.text
     (tmp_path / "checkpoint_000000" / trainer.CHECKPOINT_FILE).write_bytes(b"")
-    assert restore(Checkpoint.from_directory(str(tmp_path / "checkpoint_000001"))) is None
+    assert restore(Checkpoint.from_directory(str(tmp_path / "checkpoint_000001"))) == (None, 0)
     assert "starts over" in caplog.text
 
 

@@ -19,6 +19,7 @@ import pytest
 from conftest import run_cli
 from report_helpers import assert_renders_in_chromium, dom_in_chromium, needs_chromium
 from tuning import report, results, runplots, runreport, spaces
+from tuning.record import RunRecord
 
 TESTS = Path(__file__).resolve().parent
 SAMPLES = 12  # >= MIN_IMPORTANCE_TRIALS, so the importance table is there
@@ -215,9 +216,10 @@ RECORDS = [
 
 def _plan(status="running"):
     space = spaces.load("cifar_asha")
-    return {"space": "cifar_asha", "strategy": "asha", "seed": 0, "max_epochs": 4, "argv": ["--space", "cifar_asha"],
-            "params": runreport.declarations(space), "metric": "loss", "mode": "min", "status": status,
-            "data": {"kind": "synthetic", "root": "/data/synthetic"}, "started": "1970-01-12T13:46:40+0000"}
+    return RunRecord(space="cifar_asha", strategy="asha", seed=0, num_samples=6, max_epochs=4,
+                     argv=["--space", "cifar_asha"], params=spaces.declarations(space), metric="loss", mode="min",
+                     status=status, data={"kind": "synthetic", "root": "/data/synthetic"},
+                     started="1970-01-12T13:46:40+0000")
 
 
 def test_every_way_a_trial_ends_is_told_apart(tmp_path):
@@ -337,8 +339,9 @@ def test_a_failing_progress_hook_is_logged_once_and_the_run_goes_on(live_run):
 def test_live_report_from_records_seen_mid_run(live_run, tmp_path):
     calls, _, space, _ = live_run
     mid = next(c["records"] for c in calls if any(r["status"] == "RUNNING" and r["rows"] for r in c["records"]))
-    plan = {"space": "steady", "strategy": "random", "max_epochs": 5, "params": runreport.declarations(space),
-            "metric": "loss", "mode": "min", "status": "running", "data": {"kind": "benchmark:faulty:steady"}}
+    plan = RunRecord(space="steady", strategy="random", seed=0, num_samples=4, max_epochs=5,
+                     params=spaces.declarations(space), metric="loss", mode="min", status="running",
+                     data={"kind": "trainer"})
     out = runreport.write_from_records(tmp_path, mid, plan, live=True)
     md, html = out["markdown"].read_text(), out["html"].read_text()
     assert 'http-equiv="refresh"' in html and "LIVE: the run is going" in md

@@ -136,11 +136,14 @@ def test_smoke_gets_a_local_ray_of_smoke_cpus_on_any_machine(monkeypatch):
     import ray
 
     from tuning import cli, session, spaces
+    from tuning.record import RunRecord
 
     monkeypatch.setattr(cli, "SMOKE_CPUS", 1)
     assert not ray.is_initialized()
     try:
-        session.start(spaces.load("counting_ones"), {"smoke": {"num_samples": 8}}, address=None, worker_logs=False)
+        record = RunRecord(space="counting_ones", strategy="asha", seed=0, num_samples=8, max_epochs=2,
+                           smoke={"num_samples": 8})
+        session.start(spaces.load("counting_ones"), record, address=None, worker_logs=False)
         assert ray.cluster_resources()["CPU"] == 1
     finally:
         ray.shutdown()

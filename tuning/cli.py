@@ -14,8 +14,13 @@ from pathlib import Path
 SMOKE_CPUS = 2
 
 
-class UsageError(Exception):
-    """Bad input: the command exits 2 with this one-line message."""
+class TuningError(Exception):
+    """Bad input (a flag, a space, a trainer, a folder, data, a cluster address): one line saying
+    what to change. The Python API raises it; the commands exit 2 with the line."""
+
+
+class UsageError(TuningError):
+    """A flag or an argument that makes no sense."""
 
 
 class Parser(argparse.ArgumentParser):

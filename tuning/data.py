@@ -24,6 +24,7 @@ import torch
 from filelock import FileLock
 
 from tuning import atomic, synthetic
+from tuning.cli import TuningError
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ def _cifar10():
     return CIFAR10
 
 
-class DataError(Exception):
+class DataError(TuningError):
     """The requested data cannot be had; the message says how to get it."""
 
 

@@ -10,7 +10,6 @@ subprocesses, as a user starts them.
 from __future__ import annotations
 
 import csv
-import json
 import os
 import shutil
 import signal
@@ -300,10 +299,12 @@ def _asha_figures(run_dir: Path, wall: float, emit) -> None:
     if not (run_dir / "trials.csv").exists():
         emit("trials", "none finished", "", "no trials.csv: see the log")
         return
-    plan = json.loads((run_dir / "run.json").read_text())
+    from tuning import record
+
+    plan = record.read(run_dir)
     trials = pd.read_csv(run_dir / "trials.csv")
-    n, took = len(trials), plan.get("wall_time_s") or wall
-    emit("trials_per_hour", 3600 * n / took, "trials/h", f"{n} trials ({plan.get('failed')} failed, "
+    n, took = len(trials), plan.wall_time_s or wall
+    emit("trials_per_hour", 3600 * n / took, "trials/h", f"{n} trials ({plan.failed} failed, "
          f"{int(trials['epochs'].sum())} epochs) in {took:.1f} s of tuning.run's run ({wall:.1f} s with Ray start)")
     emit("epochs_per_hour", 3600 * trials["epochs"].sum() / took, "epochs/h", "epochs trained, all trials together")
     if trials["cuda_max_allocated_mb"].notna().any():
@@ -314,8 +315,8 @@ def _asha_figures(run_dir: Path, wall: float, emit) -> None:
     epochs = pd.read_csv(run_dir / "epochs.csv")
     if "bf16" in epochs:
         emit("epochs_in_bf16", float(epochs["bf16"].astype(bool).mean()), "fraction", "epochs trained under autocast")
-    if (plan.get("best") or {}).get("accuracy") is not None:
-        emit("best_val_accuracy", float(plan["best"]["accuracy"]), "", f"best trial after {plan['best']['epochs']} "
+    if (plan.best or {}).get("accuracy") is not None:
+        emit("best_val_accuracy", float(plan.best["accuracy"]), "", f"best trial after {plan.best['epochs']} "
              "epochs")
 
 

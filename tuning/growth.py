@@ -5,12 +5,12 @@ tuning.backend turns these into Tune objects; no Ray here.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
 from pathlib import Path
 
+from tuning import record as records
 from tuning import results, spaces
 from tuning.cli import UsageError
 
@@ -25,19 +25,15 @@ def parse_duration(text: str) -> float:
     return float(m[1]) * _UNITS[m[2] or "s"]
 
 
-def _declared(decl: dict):
-    return getattr(spaces, decl["type"])(**{k: v for k, v in decl.items() if k != "type"})
-
-
-def _mismatch(space: spaces.Space, plan: dict, rows: dict[str, list[dict]]) -> str | None:
+def _mismatch(space: spaces.Space, rec: records.RunRecord, rows: dict[str, list[dict]]) -> str | None:
     """The first parameter in which an earlier run differs from the space, said in words."""
-    theirs = plan.get("params") or {}
+    theirs = rec.params or {}
     for name in sorted(set(space.params) | set(theirs)):
         if name not in theirs:
             return f"parameter {name!r} is not in it"
         if name not in space.params:
             return f"it searched parameter {name!r}, which the space does not declare"
-        if _declared(theirs[name]) != space.params[name]:
+        if spaces.from_declarations({name: theirs[name]})[name] != space.params[name]:
             return f"parameter {name!r} was declared {theirs[name]}, not as the space declares it now"
     for trial_rows in rows.values():
         for row in trial_rows[:1]:
@@ -47,55 +43,58 @@ def _mismatch(space: spaces.Space, plan: dict, rows: dict[str, list[dict]]) -> s
     return None
 
 
-def earlier_runs(dirs: list[str], space: spaces.Space) -> list[tuple[dict, dict[str, list[dict]]]]:
-    """(run.json, rows by trial) of each earlier run, refused in one line when it is not a run of
+Run = tuple[records.RunRecord, dict[str, list[dict]]]
+
+
+def earlier_runs(dirs: list[str], space: spaces.Space) -> list[Run]:
+    """(record, rows by trial) of each earlier run, refused in one line when it is not a run of
     this space, its parameters differ from the declaration, or it has no results."""
     out = []
     for d in dirs:
         folder = Path(d).absolute()
         try:
-            plan = json.loads((folder / "run.json").read_text())
-        except (OSError, ValueError):
-            raise UsageError(f"--warm-start {folder}: not a tuning.run results dir (no readable run.json)") from None
-        if plan.get("space") != space.name:
-            raise UsageError(f"--warm-start {folder}: a run of space {plan.get('space')!r}, not {space.name!r}; "
+            rec = records.read(folder)
+        except records.RecordError as exc:
+            raise UsageError(f"--warm-start {folder}: not a tuning.run results dir ({exc})") from None
+        if space.name and rec.space and rec.space != space.name:
+            raise UsageError(f"--warm-start {folder}: a run of space {rec.space!r}, not {space.name!r}; "
                              "warm-start from runs of the same space")
         rows = results.read_rows(folder / results.ROWS_FILE)
-        problem = _mismatch(space, plan, rows)
+        problem = _mismatch(space, rec, rows)
         if problem:
             raise UsageError(f"--warm-start {folder}: {problem}; warm-start from runs of this declaration")
         if not rows:
             raise UsageError(f"--warm-start {folder}: it holds no results")
-        out.append((plan, rows))
+        out.append((rec, rows))
     return out
 
 
-def best_configs(runs: list[tuple[dict, dict[str, list[dict]]]], space: spaces.Space, k: int) -> list[dict]:
-    """The k best earlier configurations: trials that trained their run's full budget first (a loss
-    after 1 of 16 epochs is not the configuration's result), then by their last value."""
-    sign = 1 if space.mode == "min" else -1
+def best_configs(runs: list[Run], space: spaces.Space, k: int) -> list[dict]:
+    """The k best earlier configurations, ranked as the incumbent is (results.rank_key): the
+    furthest budget first (a loss after 1 of 16 epochs is not the configuration's result), then
+    the last value. A diverged trial's stand-in value never counts."""
     ranked = []
-    for plan, rows in runs:
+    for rec, rows in runs:
         for trial_rows in rows.values():
             last = max(trial_rows, key=lambda r: r.get("training_iteration", 0))
             value = last.get(space.metric)
-            if isinstance(value, (int, float)) and math.isfinite(value):
-                full = last.get("training_iteration", 0) >= plan.get("max_epochs", math.inf)
-                ranked.append((not full, sign * value, {p: last["config"][p] for p in space.params}))
-    ranked.sort(key=lambda t: (t[0], t[1]))
+            if isinstance(value, (int, float)) and math.isfinite(value) and not last.get("diverged"):
+                key = results.rank_key(last.get("training_iteration", 0), value, rec.max_epochs, space.mode)
+                ranked.append((key, {p: last["config"][p] for p in space.params}))
+    ranked.sort(key=lambda t: t[0])
     out = []
-    for _, _, config in ranked:
+    for _, config in ranked:
         if config not in out:
             out.append(config)
     return out[:k]
 
 
-def all_rows(runs: list[tuple[dict, dict[str, list[dict]]]]) -> list[dict]:
+def all_rows(runs: list[Run]) -> list[dict]:
     return [row for _, rows in runs for trial_rows in rows.values() for row in trial_rows]
 
 
-def record_extension(plan: dict, samples: int) -> int:
-    """Note an extension in run.json's plan; returns its number in the run's seed lineage."""
-    plan.setdefault("extensions", []).append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "samples": samples})
-    plan["num_samples"] = plan["num_samples"] + samples
-    return len(plan["extensions"])
+def record_extension(rec: records.RunRecord, samples: int) -> int:
+    """Note an extension in the run's record; returns its number in the run's seed lineage."""
+    rec.extensions.append({"at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "samples": samples})
+    rec.num_samples += samples
+    return len(rec.extensions)

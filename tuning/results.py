@@ -21,11 +21,60 @@ from tuning import atomic
 
 log = logging.getLogger(__name__)
 
-# Per-epoch columns kept from Tune's result rows, in this order.
-EPOCH_COLUMNS = ["training_iteration", "epoch", "loss", "accuracy", "train_loss", "diverged", "restored_from",
-                 "world_size", "train_time_s", "eval_time_s", "images_per_s", "bf16", "rss_mb", "peak_rss_mb",
-                 "cuda_max_allocated_mb", "cuda_reserved_mb", "memory_growing", "time_this_iter_s",
-                 "time_total_s", "timestamp", "node_ip", "node_id", "pid", "rank_pids"]
+# Per-epoch columns besides the trainer's metrics, in this order: the diagnostics a trial adds
+# (memory, where it ran, whether it diverged or was restored) and Tune's clock and place.
+DIAGNOSTICS = ["diverged", "restored_from", "world_size", "train_time_s", "eval_time_s", "images_per_s", "bf16",
+               "rss_mb", "peak_rss_mb", "cuda_max_allocated_mb", "cuda_reserved_mb", "memory_growing",
+               "time_this_iter_s", "time_total_s", "timestamp", "node_ip", "node_id", "pid", "rank_pids"]
+# Tune's own keys in every result (ray.tune.result's AUTO_RESULT_KEYS and the rest it adds; a test
+# checks this against Ray's): never a trainer's metric.
+TUNE_KEYS = {"training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "date", "hostname",
+             "node_ip", "pid", "time_since_restore", "iterations_since_restore", "timesteps_total",
+             "episodes_total", "timesteps_since_restore", "done", "trial_id", "experiment_tag", "config",
+             "checkpoint_dir_name", "should_checkpoint", "experiment_id", "episode_reward_mean",
+             "warmup_time", "wall_s"}
+# Words that say which way a metric improves, for the best_<metric> columns of metrics other than
+# the space's own (whose mode decides). A metric named otherwise gets its final value only.
+_LOWER_IS_BETTER = ("loss", "error", "regret", "mse", "mae", "rmse", "nll", "perplexity")
+_HIGHER_IS_BETTER = ("acc", "auc", "f1", "precision", "recall", "r2", "score")
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def metric_keys(records: list[dict], metric: str) -> list[str]:
+    """The metrics the trainers reported, the space's first: every numeric key of their rows that is
+    neither Tune's nor a diagnostic, in the order they first appear."""
+    keys = {metric: None}
+    for rec in records:
+        for row in rec["rows"]:
+            for k, v in row.items():
+                if _number(v) and k not in TUNE_KEYS and k not in DIAGNOSTICS and k != "epoch":
+                    keys.setdefault(k, None)
+    return list(keys)
+
+
+def metric_columns(trials: pd.DataFrame, params: list[str]) -> list[str]:
+    """The final-value metric columns of a trials table (trials_table puts them after the
+    parameters, the space's metric first), read back from a table alone."""
+    cols = list(trials.columns)
+    if "epochs" not in cols:
+        return []
+    start = max([cols.index(p) + 1 for p in params if p in cols] + [cols.index("strategy") + 1 if "strategy" in cols else 0])
+    return [c for c in cols[start:cols.index("epochs")] if not c.startswith("best_")]
+
+
+def direction(name: str, metric: str, mode: str) -> str | None:
+    """"min" or "max": which way `name` improves; None where its name does not say."""
+    if name == metric:
+        return mode
+    low = name.lower()
+    if any(w in low for w in _LOWER_IS_BETTER):
+        return "min"
+    if any(w in low for w in _HIGHER_IS_BETTER):
+        return "max"
+    return None
 
 
 def _curve(rows: list[dict]) -> list[dict]:
@@ -35,6 +84,10 @@ def _curve(rows: list[dict]) -> list[dict]:
     last = {r.get("training_iteration"): r for r in rows}
     return [last[k] for k in sorted(last, key=lambda k: (k is None, k))]
 
+
+# In a result: why the trainer's metrics cannot be used (the space's metric missing or not a number);
+# the run stops at it (tuning.backend's stopper) and tuning.session says it in one line.
+METRIC_ERROR = "metric_error"
 
 ROWS_FILE = "results.jsonl"  # in a run's results dir: every result as it arrived, across resumes
 
@@ -56,27 +109,31 @@ def read_rows(path: Path, quiet: bool = False) -> dict[str, list[dict]]:
     return rows
 
 
-def epochs_table(records: list[dict], params: list[str]) -> pd.DataFrame:
-    """Every reported row: the learning curves, one row per trial and epoch."""
+def epochs_table(records: list[dict], params: list[str], metric: str = "loss") -> pd.DataFrame:
+    """Every reported row: the learning curves, one row per trial and epoch, with a column for every
+    metric the trainers reported."""
+    columns = ["training_iteration", "epoch", *metric_keys(records, metric), *DIAGNOSTICS]
     rows = []
     for rec in records:
         for r in _curve(rec["rows"]):
             row = {"trial_id": rec["trial_id"], **{p: rec["config"].get(p) for p in params}}
-            row.update({c: r.get(c) for c in EPOCH_COLUMNS})
+            row.update({c: r.get(c) for c in columns})
             rows.append(row)
-    return pd.DataFrame(rows, columns=["trial_id", *params, *EPOCH_COLUMNS])
+    return pd.DataFrame(rows, columns=["trial_id", *params, *columns])
 
 
 def trials_table(records: list[dict], params: list[str], *, strategy: str, max_epochs: int,
                  metric: str = "loss", mode: str = "min", cpus: float = 0, gpus: float = 0) -> pd.DataFrame:
-    """One row per trial: its hyperparameters, final and best metrics, epochs, status, time, and
-    device-hours (the trial's resources, `cpus` and `gpus`, times its running time)."""
+    """One row per trial: its hyperparameters, every metric's final value and, where its direction
+    is known (direction), its best one, epochs, status, time, and device-hours (the trial's
+    resources, `cpus` and `gpus`, times its running time)."""
+    keys = metric_keys(records, metric)
+    ways = {k: direction(k, metric, mode) for k in keys}
     rows = []
     for rec in records:
         curve = [r for r in _curve(rec["rows"]) if r.get(metric) is not None]
+        real = [r for r in curve if not r.get("diverged")]  # a diverged epoch's value is a stand-in
         last = curve[-1] if curve else {}
-        losses = [r["loss"] for r in curve if _finite(r.get("loss"))]
-        accs = [r["accuracy"] for r in curve if _finite(r.get("accuracy"))]
         epochs = int(last.get("training_iteration", 0))
         finished = rec["status"] == "TERMINATED"
         resumed = sorted({int(r["restored_from"]) for r in rec["rows"] if r.get("restored_from")})
@@ -84,10 +141,8 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
             "trial_id": rec["trial_id"],
             "strategy": strategy,
             **{p: rec["config"].get(p) for p in params},
-            "loss": last.get("loss"),
-            "accuracy": last.get("accuracy"),
-            "best_loss": min(losses) if losses else None,
-            "best_accuracy": max(accs) if accs else None,
+            **{k: last.get(k) for k in keys},
+            **{f"best_{k}": _best(real, k, way) for k, way in ways.items() if way},
             "epochs": epochs,
             "world_size": last.get("world_size", 1),
             "status": rec["status"],
@@ -111,11 +166,17 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
             "memory_growing": any(bool(r.get("memory_growing")) for r in rec["rows"]),
             "failures": rec.get("failures", 0),  # retries after the training raised
             "error": rec.get("error"),
+            "error_file": rec.get("error_file"),  # the trainer's traceback, where it raised
         })
     df = pd.DataFrame(rows)
     if not df.empty:
         df = df.sort_values(metric, ascending=(mode == "min"), na_position="last", kind="stable")
     return df.reset_index(drop=True)
+
+
+def _best(rows: list[dict], key: str, way: str):
+    values = [r[key] for r in rows if _finite(r.get(key))]
+    return (min(values) if way == "min" else max(values)) if values else None
 
 
 def device_hours(rows: list[dict], cpus: float, gpus: float) -> dict[str, float]:
@@ -142,13 +203,38 @@ def _recomputed(rows: list[dict]) -> int:
     return again
 
 
-def best_trial(trials: pd.DataFrame, metric: str = "loss", mode: str = "min") -> dict | None:
-    """The best trial by its final metric among those that reported one."""
-    done = trials[trials[metric].notna()]
-    if done.empty:
-        return None
-    row = done.loc[done[metric].idxmin() if mode == "min" else done[metric].idxmax()]
-    return {k: _plain(v) for k, v in row.items()}
+def rank_key(epochs: int, value: float, max_epochs: int, mode: str) -> tuple:
+    """Sorts results best first, as the BOHB paper counts an incumbent: the furthest budget first
+    (the full budget above all), then the metric. One rule for best_config.json, the test
+    evaluation, the summary, the report and warm start."""
+    return (-min(epochs / max_epochs, 1.0), value if mode == "min" else -value)
+
+
+def incumbent(trials: pd.DataFrame, metric: str = "loss", mode: str = "min",
+              max_epochs: int | None = None) -> tuple[dict | None, str]:
+    """(the best trial's row, a note): the best final metric among trials that trained the full
+    budget; when none did, the best at the highest budget a trial reached, which the note says.
+    Diverged trials (their metric is a stand-in) never count."""
+    if trials.empty or metric not in trials:
+        return None, ""
+    ok = trials[trials[metric].notna() & ~_truthy(trials.get("diverged"), len(trials))]
+    if ok.empty:
+        return None, ""
+    top = int(max(ok["epochs"])) if max_epochs is None else max_epochs
+    keys = [rank_key(int(e), float(v), top, mode) for e, v in zip(ok["epochs"], ok[metric])]
+    best = min(range(len(keys)), key=keys.__getitem__)
+    row = {k: _plain(v) for k, v in ok.iloc[best].items()}
+    reached = min(int(row["epochs"]), top)
+    note = "" if reached >= top else (
+        f"no trial trained the full budget of {top} epochs: this is the best at {reached}, the furthest any got")
+    return row, note
+
+
+def _truthy(column, n: int) -> pd.Series:
+    """A boolean column as read back from CSV (strings) or kept in memory (bools); none: all False."""
+    if column is None:
+        return pd.Series([False] * n)
+    return column.map(lambda v: str(v).lower() in ("true", "1", "1.0")).astype(bool)
 
 
 def _finite(v) -> bool:

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from tuning import record as records
 from tuning import results, runplots, spaces
-from tuning.analysis import ReportError, _read_json
+from tuning.analysis import ReportError
+from tuning.record import RunRecord
 from tuning.report import flatten, render_html, render_markdown
 
 log = logging.getLogger(__name__)
@@ -40,27 +42,21 @@ RELOAD_S = 30  # the live page reloads this often: the run rewrites it at most t
 STALE_S = 900
 
 
-def declarations(space: spaces.Space) -> dict:
-    """The space's parameter declarations as plain JSON (kept in run.json), so the report draws
-    the axes the run searched even if the space file changes later."""
-    return {k: {"type": type(p).__name__, **dataclasses.asdict(p)} for k, p in space.params.items()}
-
-
-def searched(plan: dict) -> tuple[dict, str, str]:
-    """(parameter declarations, metric, mode) of a run, from its run.json."""
-    if plan.get("params"):
-        decls = {k: getattr(spaces, d["type"])(**{f: v for f, v in d.items() if f != "type"})
-                 for k, d in plan["params"].items()}
-        return decls, plan.get("metric", "loss"), plan.get("mode", "min")
-    try:  # a run dir from before run.json kept them: the space file as it is now
-        space = spaces.load(plan["space"])
-    except (spaces.SpaceError, KeyError) as exc:
-        raise ReportError(f"run.json has no parameter declarations and its space does not load ({exc})") from None
+def searched(rec: RunRecord) -> tuple[dict, str, str]:
+    """(parameter declarations, metric, mode) of a run, from its record: the axes the run searched,
+    even if the space file has changed since."""
+    try:
+        if rec.params:
+            return spaces.from_declarations(rec.params), rec.metric, rec.mode
+        space = spaces.load(rec.space)  # a run dir from before run.json kept them: the space file as it is now
+    except spaces.SpaceError as exc:
+        raise ReportError(f"run.json's parameter declarations cannot be read, and its space does not load ({exc})") \
+            from None
     return dict(space.params), space.metric, space.mode
 
 
 def is_run_dir(path: Path) -> bool:
-    return (Path(path) / "run.json").is_file()
+    return records.exists(path)
 
 
 def _table(run_dir: Path, name: str) -> pd.DataFrame:
@@ -75,14 +71,14 @@ def _table(run_dir: Path, name: str) -> pd.DataFrame:
         raise ReportError(f"cannot read {name} table in {run_dir}: {exc}") from None
 
 
-def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, dict]:
-    """(trials, epochs, plan) of a tuning.run results dir; of a run killed before it wrote its
+def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, RunRecord]:
+    """(trials, epochs, record) of a tuning.run results dir; of a run killed before it wrote its
     tables, built from results.jsonl."""
     run_dir = Path(run_dir)
-    plan = _read_json(run_dir / "run.json")
-    missing = [k for k in ("space", "strategy", "max_epochs") if k not in plan]
-    if missing:
-        raise ReportError(f"{run_dir / 'run.json'} lacks {missing}: not a run.json tuning.run wrote")
+    try:
+        plan = records.read(run_dir)
+    except records.RecordError as exc:
+        raise ReportError(str(exc)) from None
     tables = [run_dir / f"{name}.{ext}" for name in ("trials", "epochs") for ext in ("csv", "parquet")]
     rows = results.read_rows(run_dir / results.ROWS_FILE) if not any(map(Path.exists, tables)) else {}
     if rows:  # killed or crashed before writing its tables: what its stale live page promises
@@ -202,32 +198,35 @@ def _outcome(row) -> str:
 
 
 def _trials_block(trials: pd.DataFrame, params: list[str], metric: str) -> pd.DataFrame:
-    cols = [c for c in dict.fromkeys([metric, "loss", "accuracy"]) if c in trials and trials[c].notna().any()]
+    cols = [c for c in results.metric_columns(trials, params)[:4] if trials[c].notna().any()]
     out = trials[["trial_id", *params, *cols, "epochs"]].copy()
     out["outcome"] = trials.apply(_outcome, axis=1)
     out["wall time (s)"] = trials.get("wall_time_s")
     return out.apply(lambda c: c.map(_cell))
 
 
-def _best_block(best: dict | None, params: list[str], metric: str) -> list[tuple]:
+def _best_block(best: dict | None, params: list[str], metrics: list[str], note: str, cifar: bool) -> list[tuple]:
     if best is None:
-        return [("p", "No trial has reported a result yet.")]
-    keys = ["trial_id", *params, *dict.fromkeys([metric, "loss", "accuracy"]), "epochs",
-            "test_loss", "test_accuracy", "test_images"]
+        return [("p", "No trial has reported a usable result yet.")]
+    keys = ["trial_id", *params, *metrics, "epochs", "test_loss", "test_accuracy", "test_images"]
     rows = [(k, _cell(best.get(k))) for k in keys if best.get(k) is not None]
-    note = ("" if best.get("test_accuracy") is not None else
-            "Test metrics: measured once the run has finished, for the best configuration of a CIFAR "
-            "run only.")
-    return [("table", pd.DataFrame(rows, columns=["", "value"])), *([("p", note)] if note else [])]
+    how = note or "The best final value among the trials that trained the full budget."
+    test = ("" if best.get("test_accuracy") is not None or not cifar else
+            " Test metrics: measured once the run has finished, for the best configuration only.")
+    return [("table", pd.DataFrame(rows, columns=["", "value"])), ("p", how[0].upper() + how[1:].rstrip(".") + "." + test)]
 
 
-def _label(plan: dict, metric: str) -> str:
-    kind = (plan.get("data") or {}).get("kind", "")
-    return f"validation {metric}" if kind in ("cifar10", "synthetic") else f"{metric} (benchmark objective)"
+def _label(plan: RunRecord, metric: str) -> str:
+    kind = (plan.data or {}).get("kind", "")
+    if kind in ("cifar10", "synthetic"):
+        return f"validation {metric}"
+    return f"{metric} (benchmark objective)" if kind.startswith("benchmark") else metric
 
 
-def _provenance(plan: dict) -> pd.DataFrame:
-    keep = {"command": "python -m tuning.run " + shlex.join(plan.get("argv", [])),
+def _provenance(rec: RunRecord) -> pd.DataFrame:
+    plan = rec.to_json()
+    command = ("python -m tuning.run " + shlex.join(rec.argv)) if rec.argv is not None else "tuning.search() in Python"
+    keep = {"command": command, "trainer": rec.trainer,
             **{k: plan.get(k) for k in ("status", "started", "wall_time_s", "resumes", "git_commit", "space",
                                          "strategy", "seed", "num_samples", "max_epochs", "data",
                                          "resources_per_trial", "workers_per_trial", "address", "storage_path")},
@@ -243,9 +242,9 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _header(plan: dict, trials: pd.DataFrame, live: bool) -> list[tuple]:
-    b = [("h1", f"Tuning run: {plan['space']} ({plan['strategy']})")]
-    data = plan.get("data") or {}
+def _header(plan: RunRecord, trials: pd.DataFrame, live: bool) -> list[tuple]:
+    b = [("h1", f"Tuning run: {plan.space or spaces.trainer_name(plan.trainer)} ({plan.strategy})")]
+    data = plan.data or {}
     if data.get("kind") == "synthetic":
         b.append(("banner", "SYNTHETIC DATA: generated CIFAR-10-shaped images, not CIFAR-10. "
                             "These accuracies say nothing about CIFAR-10."))
@@ -254,7 +253,7 @@ def _header(plan: dict, trials: pd.DataFrame, live: bool) -> list[tuple]:
         b.append(("banner", f"LIVE: the run is going. This page reloads itself every {RELOAD_S} s; "
                             f"last written {now}."))
     else:
-        b.append(("p", f"Status: {plan.get('status', 'unknown')}; written {now}."))
+        b.append(("p", f"Status: {plan.status}; written {now}."))
     fates = trials.apply(runplots.fate, axis=1) if len(trials) else pd.Series(dtype=str)
     counts = ", ".join(f"{(fates == k).sum()} {text}" for k, (_, _, text) in runplots.FATES.items()
                        if (fates == k).any())
@@ -265,12 +264,14 @@ def _header(plan: dict, trials: pd.DataFrame, live: bool) -> list[tuple]:
 
 
 def _blocks(trials, epochs, plan, decls, figures, imp, live: bool) -> list[tuple]:
-    params, metric, mode = list(decls), plan.get("metric", "loss"), plan.get("mode", "min")
+    params, metric, mode = list(decls), plan.metric, plan.mode
     label = _label(plan, metric)
-    best = plan.get("best") if plan.get("status") == "finished" else None
-    best = best or (results.best_trial(trials, metric, mode) if len(trials) else None)
+    best, note = (plan.best, plan.best_note) if plan.status == "finished" else (None, "")
+    if best is None and len(trials):
+        best, note = results.incumbent(trials, metric, mode, plan.max_epochs)
     b = _header(plan, trials, live)
-    b += [("h2", "Best configuration"), *_best_block(best, params, metric)]
+    cifar = (plan.data or {}).get("kind") in ("cifar10", "synthetic")
+    b += [("h2", "Best configuration"), *_best_block(best, params, results.metric_columns(trials, params), note, cifar)]
     b += [("h2", "Learning curves")]
     b += [("img", figures["curves"], "learning curves of every trial"),
           ("p", "One line per trial, coloured by its final value. Line style and end marker tell how it ended; "
@@ -279,7 +280,7 @@ def _blocks(trials, epochs, plan, decls, figures, imp, live: bool) -> list[tuple
     if "best" in figures:
         b += [("h2", "Best so far"), ("img", figures["best"], "best so far against wall time and epochs"),
               ("p", f"Solid: the best {label} any trial has reported so far, at any epoch. Dashed: the best "
-                    f"among trials that reached the full budget of {plan['max_epochs']} epochs.")]
+                    f"among trials that reached the full budget of {plan.max_epochs} epochs.")]
     if "params" in figures:
         b += [("h2", "Each hyperparameter against the final metric"),
               ("img", figures["params"], "hyperparameters against the final metric"),
@@ -297,19 +298,19 @@ def _blocks(trials, epochs, plan, decls, figures, imp, live: bool) -> list[tuple
     return b
 
 
-def _started(plan: dict) -> float | None:
+def _started(plan: RunRecord) -> float | None:
     try:
-        return datetime.strptime(plan["started"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        return datetime.strptime(plan.started, "%Y-%m-%dT%H:%M:%S%z").timestamp()
     except (KeyError, TypeError, ValueError):
         return None
 
 
 def _figures(run_dir: Path, trials, epochs, plan, decls) -> dict:
-    metric, mode = plan.get("metric", "loss"), plan.get("mode", "min")
+    metric, mode = plan.metric, plan.mode
     label = _label(plan, metric)
     figs = {"curves": runplots.learning_curves(trials, epochs, metric=metric, mode=mode, label=label),
             "best": runplots.best_so_far(epochs, metric=metric, mode=mode, label=label, started=_started(plan),
-                                         max_epochs=plan["max_epochs"]),
+                                         max_epochs=plan.max_epochs),
             "params": runplots.params_vs_metric(trials, decls, metric=metric, label=label)}
     if len(decls) > 2:
         figs["parallel"] = runplots.parallel_coordinates(trials, decls, metric=metric, mode=mode, label=label)
@@ -321,15 +322,15 @@ def _figures(run_dir: Path, trials, epochs, plan, decls) -> dict:
     return out
 
 
-def write_report(run_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame, plan: dict, *,
+def write_report(run_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame, plan: RunRecord, *,
                  live: bool = False) -> dict:
     """Write report.md, report.html and the figures into run_dir; a live page reloads itself and
     says so. Returns the paths and the importances."""
     decls, metric, mode = searched(plan)
-    run_dir, plan = Path(run_dir), {**plan, "metric": metric, "mode": mode}  # what the parts below read
+    run_dir, plan = Path(run_dir), dataclasses.replace(plan, metric=metric, mode=mode)  # what the parts below read
     figures = _figures(run_dir, trials, epochs, plan, decls)
-    imp = importance(trials, decls, metric=metric, mode=mode, max_epochs=plan["max_epochs"],
-                     seed=plan.get("seed") or 0, epochs=epochs)
+    imp = importance(trials, decls, metric=metric, mode=mode, max_epochs=plan.max_epochs,
+                     seed=plan.seed or 0, epochs=epochs)
     blocks = _blocks(trials, epochs, plan, decls, figures, imp, live)
     md, page = run_dir / "report.md", run_dir / "report.html"
     results.write_text(md, render_markdown(blocks))
@@ -356,17 +357,17 @@ def _live_head(run_dir: Path, written: float) -> str:
     return f'<noscript><meta http-equiv="refresh" content="{RELOAD_S}"></noscript><script>{script}</script>'
 
 
-def write_from_records(run_dir: Path, records: list[dict], plan: dict, *, live: bool = True) -> dict:
+def write_from_records(run_dir: Path, records: list[dict], plan: RunRecord, *, live: bool = True) -> dict:
     """The report from tuning.backend's plain per-trial records: what the live report is built from."""
     return write_report(run_dir, *_tables_from_records(records, plan), plan, live=live)
 
 
-def _tables_from_records(records: list[dict], plan: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _tables_from_records(records: list[dict], plan: RunRecord) -> tuple[pd.DataFrame, pd.DataFrame]:
     decls, metric, mode = searched(plan)
     params = list(decls)
-    trials = results.trials_table(records, params, strategy=plan["strategy"], max_epochs=plan["max_epochs"],
+    trials = results.trials_table(records, params, strategy=plan.strategy, max_epochs=plan.max_epochs,
                                   metric=metric, mode=mode)
-    return trials, results.epochs_table(records, params)
+    return trials, results.epochs_table(records, params, metric)
 
 
 def regenerate(run_dir: Path) -> dict:
@@ -376,16 +377,16 @@ def regenerate(run_dir: Path) -> dict:
     return write_report(run_dir, trials, epochs, plan, live=False)
 
 
-def _killed(plan: dict) -> dict:
-    return {**plan, "status": (f"stopped before writing its tables (killed or crashed; run.json still says "
-                               f"{plan.get('status', 'nothing')!r}). This report is rebuilt from "
+def _killed(plan: RunRecord) -> RunRecord:
+    return dataclasses.replace(plan, status=(f"stopped before writing its tables (killed or crashed; run.json still says "
+                               f"{plan.status!r}). This report is rebuilt from "
                                f"{results.ROWS_FILE}: a trial short of its full budget was stopped early "
-                               f"or cut off by the stop, and python -m tuning.run --resume continues it")}
+                               f"or cut off by the stop, and python -m tuning.run --resume continues it"))
 
 
-def _records_from_rows(rows: dict[str, list[dict]], plan: dict) -> list[dict]:
+def _records_from_rows(rows: dict[str, list[dict]], plan: RunRecord) -> list[dict]:
     """Records from results.jsonl alone. Which trials the scheduler stopped is Tune's to know, not
     the rows': a trial short of its full budget is runplots.STOPPED, and _killed's status says so."""
     return [{"trial_id": tid, "config": r[-1].get("config") or {}, "rows": r,
              "status": "TERMINATED" if max(int(x.get("training_iteration") or 0) for x in r)
-             >= plan["max_epochs"] else runplots.STOPPED} for tid, r in rows.items()]
+             >= plan.max_epochs else runplots.STOPPED} for tid, r in rows.items()]

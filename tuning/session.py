@@ -1,8 +1,7 @@
-"""One search run, from a checked plan to its files: the data prepared and Ray started, the search
-run through tuning.backend, then the tables, the best trial's test accuracy, best_config.json,
-run.json and the report. tuning.run parses and checks the flags, makes the plan and calls this.
-
-The plan is the run's record (run.json): what was asked for and, as the run goes, what came of it.
+"""One search run, from a checked record to its files: the data prepared and Ray started, the search
+run through tuning.backend, then the tables, the incumbent's test accuracy, best_config.json,
+run.json and the report; and what it came to, as a SearchResult. tuning.api checks the input and
+makes the record (tuning.record), then calls this.
 """
 
 from __future__ import annotations
@@ -14,147 +13,271 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tuning import backend, cli, data, growth, results, spaces
+import pandas as pd
+
+from tuning import backend, cli, contract, data, growth, results, spaces
+from tuning.record import RunRecord
 
 log = logging.getLogger(__name__)
 
 
+class MetricError(cli.TuningError):
+    """The trainer's first result could not be used (the space's metric missing, or not a number):
+    the run stopped there; its files are kept."""
+
+
 @dataclass
-class Outcome:
-    """What a run (or a resumed segment of one) came to."""
+class Best:
+    """The incumbent: the best trial at the full budget (results.incumbent)."""
 
-    status: str  # as run.json records it: "finished", "interrupted" or "time budget spent"
-    best: dict | None  # the best trial's row of trials.csv, with its test figures where measured
-    succeeded: int  # trials that trained to the end (TERMINATED)
+    trial_id: str
+    config: dict  # the searched parameters
+    metrics: dict  # every final metric, and test_loss / test_accuracy where measured
+    epochs: int
+    note: str = ""  # empty at the full budget; else how it was chosen
 
 
-def start(space: spaces.Space, plan: dict, *, address: str | None, worker_logs: bool) -> tuple:
-    """(source, cluster): the run's data (None for a synthetic benchmark, which needs none) and the
-    Ray cluster started or joined, as backend.cluster_info describes it; the plan records its
-    address when one was given."""
-    source = None
-    if space.trainer == "cifar":
-        source = data.prepare(**plan["data_args"])
-    backend.start_ray(address=address, worker_logs=worker_logs, num_cpus=cli.SMOKE_CPUS if plan["smoke"] else None)
+@dataclass
+class SearchResult:
+    """What tuning.search() and tuning.resume() return."""
+
+    results_dir: Path
+    status: str  # "finished", "interrupted" or "time budget spent"
+    trials: pd.DataFrame  # one row per trial (trials.csv)
+    epochs: pd.DataFrame  # one row per trial and epoch: the learning curves (epochs.csv)
+    best: Best | None
+    record: RunRecord  # run.json
+    report: Path | None  # report.html, None where it could not be written
+
+    @property
+    def best_config(self) -> dict | None:
+        return dict(self.best.config) if self.best else None
+
+    @property
+    def succeeded(self) -> int:
+        """Trials that trained to their end (or a scheduler's stop) without diverging."""
+        t = self.trials
+        if t.empty:
+            return 0
+        return int(((t["status"] == "TERMINATED") & ~t["diverged"].astype(bool)).sum())
+
+    def __repr__(self) -> str:
+        best = f"best {self.record.metric}={self.best.metrics.get(self.record.metric)!r}" if self.best else "no best"
+        return f"SearchResult({self.status}, {len(self.trials)} trials, {best}, {self.results_dir})"
+
+    def summary(self) -> str:
+        """What tuning.run prints at the end: the trials' fates, device time, the incumbent."""
+        r = self.record
+        lines = [f"{r.trials} trials: {r.stopped_early} stopped early by the scheduler, {r.failed} failed, "
+                 f"{r.resumed_trials} paused and resumed from a checkpoint, {r.recomputed_epochs} epochs recomputed",
+                 f"  device time: {r.cpu_hours:.3g} CPU-hours, {r.gpu_hours:.3g} GPU-hours "
+                 "(each trial's resources times its running time)"]
+        if r.memory_growing:
+            lines.append(f"  {r.memory_growing} trial(s) grew in memory epoch after epoch: see memory_growing and "
+                         "peak_rss_mb in trials.csv; a tensor kept alive across steps is the usual cause")
+        lines += self._best_lines() + self._failure_lines()
+        banner = data_banner(r.data)
+        if banner:
+            lines.append(banner)
+        lines += [f"Results: {self.results_dir}  (report.html, report.md, trials.csv, epochs.csv, best_config.json, "
+                  "run.json)", f"Report: {self.results_dir / 'report.html'}"]
+        return "\n".join(lines)
+
+    def _best_lines(self) -> list[str]:
+        b, r = self.best, self.record
+        if b is None:
+            diverged = f" ({r.diverged} diverged)" if r.diverged else ""
+            return [f"No trial reported a usable {r.metric}{diverged}."]
+        cfg = ", ".join(f"{p}={v:.4g}" if isinstance(v, float) else f"{p}={v}" for p, v in b.config.items())
+        label = f"validation {r.metric}" if (r.data or {}).get("kind") in ("cifar10", "synthetic") else r.metric
+        others = [f"{k} {_fmt(v)}" for k, v in b.metrics.items()
+                  if k != r.metric and not k.startswith(("best_", "test_"))]
+        out = [f"Best trial {b.trial_id}: {cfg}",
+               f"  {label} {_fmt(b.metrics.get(r.metric))}" + (f" ({', '.join(others)})" if others else "") +
+               f" after {b.epochs} epochs"]
+        if b.note:
+            out.append(f"  ({b.note})")
+        if b.metrics.get("test_accuracy") is not None:
+            out.append(f"  test loss {b.metrics['test_loss']:.4f}, accuracy {b.metrics['test_accuracy']:.4f} "
+                       f"on {b.metrics.get('test_images')} test images")
+        return out
+
+    def _failure_lines(self) -> list[str]:
+        t = self.trials
+        failed = t[t["status"] == "ERROR"] if len(t) else t
+        if failed.empty:
+            return []
+        first = failed.iloc[0]
+        where = f"; its traceback: {first['error_file']}" if first.get("error_file") else ""
+        return [f"  {len(failed)} trial(s) failed; trial {first['trial_id']}: {first['error']}{where}"]
+
+
+def _fmt(v) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def data_banner(data_record: dict | None) -> str | None:
+    kind = (data_record or {}).get("kind")
+    if kind == "synthetic":
+        return (f"DATA: SYNTHETIC CIFAR-10-shaped images ({data_record['root']}); no real CIFAR-10 was used, "
+                "so accuracies say nothing about CIFAR-10")
+    if kind == "cifar10":
+        return f"DATA: real CIFAR-10 ({data_record['root']})"
+    return None
+
+
+def start(space: spaces.Space, record: RunRecord, *, address: str | None, worker_logs: bool) -> tuple:
+    """(source, cluster, ray_was_running): the run's data (None for a trainer of the user's or a
+    synthetic benchmark, which bring their own), the Ray cluster started or joined, as
+    backend.cluster_info describes it, and whether Ray was up before (then it is left up)."""
+    source = data.prepare(**record.data_args) if space.trainer == "cifar" else None
+    running = backend.ray_running()
+    backend.start_ray(address=address, worker_logs=worker_logs, num_cpus=cli.SMOKE_CPUS if record.smoke else None)
     cluster = backend.cluster_info()
-    plan["address"] = cluster["address"] if address else None
-    return source, cluster
+    record.address = cluster["address"] if address else None
+    return source, cluster, running
 
 
-def with_precision(space: spaces.Space, plan: dict) -> spaces.Space:
+def with_precision(space: spaces.Space, record: RunRecord) -> spaces.Space:
     """The space as its trials run it: the recorded precision among the trainer's fixed arguments
-    (on --resume too, so the flag keeps its effect)."""
-    if not plan.get("precision"):
+    (on a resume too, so the flag keeps its effect)."""
+    if not record.precision:
         return space
-    return space.replace(fixed={**space.fixed, "precision": plan["precision"]})
+    return space.replace(fixed={**space.fixed, "precision": record.precision})
 
 
-def execute(space: spaces.Space, plan: dict, source: data.DataSource | None, results_dir: Path, *,
-            resume: bool, add_samples: int = 0, on_start: Callable[[], None] | None = None) -> Outcome:
-    """Run the plan's search (a first segment, or a resume adding add_samples trials) and write
-    its files. on_start is called once run.json says the run is running, before the first trial."""
+def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | None, results_dir: Path, *,
+            resume: bool, add_samples: int = 0, keep_ray: bool = False,
+            on_start: Callable[[], None] | None = None) -> SearchResult:
+    """Run the record's search (a first segment, or a resume adding add_samples trials) and write
+    its files. on_start is called once run.json says the run is running, before the first trial.
+    Ray is stopped at the end unless keep_ray."""
     from tuning import runreport  # matplotlib, scipy: only for a run that goes ahead
 
-    space = with_precision(space, plan)
+    space = with_precision(space, record)
     started = time.time()
-    _record_start(space, plan, source, results_dir, started, resume, params=runreport.declarations(space))
+    _record_start(space, record, source, results_dir, started, resume)
     if on_start is not None:
         on_start()
-    spec = _run_spec(space, plan, source, results_dir, resume, add_samples, progress_every_s=runreport.RELOAD_S,
-                     on_progress=lambda records: runreport.write_from_records(results_dir, records, plan, live=True))
-    records, interrupted = backend.run(spec)
-    backend.stop_ray()
+    spec = _run_spec(space, record, source, results_dir, resume, add_samples, progress_every_s=runreport.RELOAD_S,
+                     on_progress=lambda records: runreport.write_from_records(results_dir, records, record, live=True))
+    try:
+        records, interrupted = backend.run(spec)
+    finally:
+        if not keep_ray:
+            backend.stop_ray()
 
     params = list(space.params)
-    resources = plan["resources_per_trial"]
-    trials = results.trials_table(records, params, strategy=plan["strategy"], max_epochs=plan["max_epochs"],
-                                  metric=space.metric, mode=space.mode, cpus=resources["cpu"], gpus=resources["gpu"])
-    epochs = results.epochs_table(records, params)
+    res = record.resources_per_trial
+    trials = results.trials_table(records, params, strategy=record.strategy, max_epochs=record.max_epochs,
+                                  metric=space.metric, mode=space.mode, cpus=res["cpu"], gpus=res["gpu"])
+    epochs = results.epochs_table(records, params, space.metric)
     results.write_tables(results_dir, trials, epochs)
+    wrong = next((r[results.METRIC_ERROR] for rec in records for r in rec["rows"] if r.get(results.METRIC_ERROR)),
+                 None)
+    if wrong:
+        _record_end(record, trials, None, "stopped: the trainer's metrics cannot be used", started)
+        record.error = wrong
+        record.write(results_dir)
+        raise MetricError(f"{wrong}: report {space.metric!r} as a number from on_epoch, or set the space's metric "
+                          f"to one it reports; the run stopped after its first result (files kept in {results_dir})")
     unfinished = [r for r in records if r["status"] not in ("TERMINATED", "ERROR")] or interrupted
-    best = _best(trials, records, space, source, plan, results_dir, tested=not unfinished)
-    spent = unfinished and plan.get("time_budget_s") is not None and plan.get("time_used_s", 0) >= plan["time_budget_s"]
+    best = _best(trials, records, space, source, record, results_dir, tested=not unfinished)
+    spent = unfinished and record.time_budget_s is not None and record.time_used_s >= record.time_budget_s
     status = "time budget spent" if spent else "interrupted" if unfinished else "finished"
-    _record_end(plan, trials, best, status, started)
-    results.write_json(results_dir / "run.json", plan)
+    _record_end(record, trials, best, status, started)
+    record.write(results_dir)
+    report = results_dir / "report.html"
     try:
-        runreport.write_report(results_dir, trials, epochs, plan)
+        runreport.write_report(results_dir, trials, epochs, record)
     except Exception as exc:  # the tables are written: a figure that fails must not lose the run's exit
         log.warning("report.html not written (%s: %s); try again with python -m tuning.report %s",
                     type(exc).__name__, exc, results_dir)
-    return Outcome(status=status, best=best, succeeded=_count(trials, "status", "TERMINATED"))
+        report = None
+    return SearchResult(results_dir=results_dir, status=status, trials=trials, epochs=epochs, best=best,
+                        record=record, report=report)
 
 
-def _record_start(space: spaces.Space, plan: dict, source, results_dir: Path, started: float,
-                  resume: bool, *, params: dict) -> None:
-    """run.json as the run starts: on a first segment, where its data, code and space (its
-    parameter declarations, `params`) came from."""
+def _record_start(space: spaces.Space, record: RunRecord, source, results_dir: Path, started: float,
+                  resume: bool) -> None:
+    """run.json as the run starts: on a first segment, where its data, code and space came from."""
     if not resume:
-        plan.update(data={"kind": source.kind, "root": source.root} if source else
-                    {"kind": f"benchmark:{space.trainer}"}, fixed=dict(space.fixed),
-                    versions=results.versions(), git_commit=results.git_commit(),
-                    started=time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started)),
-                    metric=space.metric, mode=space.mode, params=params)
-    plan.update(status="running", resumes=plan.get("resumes", -1) + 1)
-    results.write_json(results_dir / "run.json", plan)
+        if source is not None:
+            record.data = {"kind": source.kind, "root": source.root}
+        else:  # the trainer brings its own data
+            record.data = {"kind": "trainer" if contract.is_user_trainer(space.trainer) else f"benchmark:{space.trainer}"}
+        record.fixed, record.versions, record.git_commit = dict(space.fixed), results.versions(), results.git_commit()
+        record.started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started))
+        record.metric, record.mode, record.params = space.metric, space.mode, spaces.declarations(space)
+    record.status, record.resumes = "running", record.resumes + 1
+    record.write(results_dir)
 
 
-def _run_spec(space: spaces.Space, plan: dict, source, results_dir: Path, resume: bool, add_samples: int, *,
+def _run_spec(space: spaces.Space, record: RunRecord, source, results_dir: Path, resume: bool, add_samples: int, *,
               progress_every_s: float, on_progress: Callable[[list[dict]], None]) -> backend.RunSpec:
-    smoke = plan["smoke"]
+    smoke = record.smoke
     return backend.RunSpec(
-        space=space, strategy=plan["strategy"], num_samples=plan["num_samples"], max_epochs=plan["max_epochs"],
-        seed=plan["seed"], cpus_per_trial=plan["resources_per_trial"]["cpu"],
-        gpus_per_trial=plan["resources_per_trial"]["gpu"], source=source, results_dir=results_dir,
-        workers_per_trial=plan["workers_per_trial"], max_train=smoke.get("max_train"),
-        max_val=smoke.get("max_val"), max_failures=plan["max_failures"], resume=resume,
-        storage_path=plan.get("storage_path"), tune_logs=plan.get("tune_logs", False),
+        space=space, strategy=record.strategy, num_samples=record.num_samples, max_epochs=record.max_epochs,
+        seed=record.seed, cpus_per_trial=record.resources_per_trial["cpu"],
+        gpus_per_trial=record.resources_per_trial["gpu"], source=source, results_dir=results_dir,
+        workers_per_trial=record.workers_per_trial, max_train=smoke.get("max_train"),
+        max_val=smoke.get("max_val"), max_failures=record.max_failures, resume=resume,
+        storage_path=record.storage_path, tune_logs=record.tune_logs,
         progress_every_s=progress_every_s, on_progress=on_progress, add_samples=add_samples,
-        extension=len(plan.get("extensions", [])), **_warm(space, plan, resume),
-        time_budget_s=plan.get("time_budget_s"), time_used_s=plan.get("time_used_s", 0.0),
-        on_time_used=lambda used: _time_used(results_dir, plan, used))
+        extension=len(record.extensions), **_warm(space, record, resume),
+        time_budget_s=record.time_budget_s, time_used_s=record.time_used_s,
+        on_time_used=lambda used: _time_used(results_dir, record, used))
 
 
-def _warm(space: spaces.Space, plan: dict, resume: bool) -> dict:
+def _warm(space: spaces.Space, record: RunRecord, resume: bool) -> dict:
     """RunSpec's warm start: on a first segment only (a resume restores the search's own state)."""
-    warm = plan.get("warm_start")
+    warm = record.warm_start
     if not warm or resume:
         return {}
-    if plan["strategy"] != "bohb":
+    if record.strategy != "bohb":
         return {"warm_points": warm["configs"]}
     return {"warm_rows": growth.all_rows(growth.earlier_runs(warm["dirs"], space))}
 
 
-def _time_used(results_dir: Path, plan: dict, used: float) -> None:
-    plan["time_used_s"] = used
-    results.write_json(results_dir / "run.json", plan)
+def _time_used(results_dir: Path, record: RunRecord, used: float) -> None:
+    record.time_used_s = used
+    record.write(results_dir)
 
 
-def _best(trials, records: list[dict], space: spaces.Space, source, plan: dict, results_dir: Path, *,
-          tested: bool) -> dict | None:
-    """The best trial, measured on the test set when the run finished on CIFAR data; written to
+def _best(trials, records: list[dict], space: spaces.Space, source, record: RunRecord, results_dir: Path, *,
+          tested: bool) -> Best | None:
+    """The incumbent, measured on the test set when the run finished on CIFAR data; written to
     best_config.json."""
-    best = results.best_trial(trials, space.metric, space.mode)
-    if best is None:
+    row, note = results.incumbent(trials, space.metric, space.mode, record.max_epochs)
+    if row is None:
         return None
     if source is not None and tested:
-        best.update(_test_best(best, records, space, source, plan["smoke"].get("max_test")))
+        row.update(_test_best(row, records, space, source, record.smoke.get("max_test")))
+    metrics = {k: row[k] for k in [*results.metric_keys(records, space.metric), "test_loss", "test_accuracy",
+                                   "test_images"] if row.get(k) is not None}
+    best = Best(trial_id=row["trial_id"], config={p: row[p] for p in space.params}, metrics=metrics,
+                epochs=int(row["epochs"]), note=note)
+    record.best, record.best_note = row, note
     results.write_json(results_dir / "best_config.json", {
-        "trial_id": best["trial_id"], "config": {p: best[p] for p in space.params}, "fixed": dict(space.fixed),
-        **{k: best.get(k) for k in ("loss", "accuracy", "epochs", "test_loss", "test_accuracy")}})
+        "trial_id": best.trial_id, "config": best.config, "fixed": dict(space.fixed), "metric": space.metric,
+        "mode": space.mode, **metrics, "epochs": best.epochs, **({"note": note} if note else {})})
     return best
 
 
-def _record_end(plan: dict, trials, best: dict | None, status: str, started: float) -> None:
-    """What the segment came to, added to the plan (run.json)."""
-    plan.update(status=status,
-                wall_time_s=round(plan.get("wall_time_s", 0) + time.time() - started, 1), trials=len(trials),
-                cpu_hours=float(trials["cpu_hours"].sum()) if len(trials) else 0.0,
-                gpu_hours=float(trials["gpu_hours"].sum()) if len(trials) else 0.0,
-                stopped_early=_count(trials, "stopped_early"), failed=_count(trials, "status", "ERROR"),
-                diverged=_count(trials, "diverged"), memory_growing=_count(trials, "memory_growing"),
-                resumed_trials=len(trials) - _count(trials, "resumed_at", ""),
-                recomputed_epochs=int(trials["recomputed_epochs"].sum()) if len(trials) else 0, best=best)
+def _record_end(record: RunRecord, trials, best: Best | None, status: str, started: float) -> None:
+    """What the segment came to, added to the record (run.json)."""
+    n = len(trials)
+    record.status = status
+    record.wall_time_s = round(record.wall_time_s + time.time() - started, 1)
+    record.trials = n
+    record.cpu_hours = float(trials["cpu_hours"].sum()) if n else 0.0
+    record.gpu_hours = float(trials["gpu_hours"].sum()) if n else 0.0
+    record.stopped_early, record.failed = _count(trials, "stopped_early"), _count(trials, "status", "ERROR")
+    record.diverged, record.memory_growing = _count(trials, "diverged"), _count(trials, "memory_growing")
+    record.resumed_trials = n - _count(trials, "resumed_at", "")
+    record.recomputed_epochs = int(trials["recomputed_epochs"].sum()) if n else 0
+    if best is None:
+        record.best, record.best_note = None, ""
 
 
 def _count(trials, column: str, value=True) -> int:

@@ -17,14 +17,16 @@ import math
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 import numpy as np
+
+from tuning.cli import TuningError
 
 STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb")
 
 
-class SpaceError(Exception):
+class SpaceError(TuningError):
     """A space is unknown or malformed; the message says what to change."""
 
 
@@ -124,10 +126,12 @@ class Space:
     gpus_per_trial: float | str = "auto"  # "auto": one GPU per trial where the cluster has GPUs
     workers_per_trial: int = 1  # CPU trials: DDP ranks (gloo) per trial; GPU trials use one per GPU
     fixed: dict[str, Any] = field(default_factory=dict)  # passed to the trainer, never searched
-    # "cifar", a synthetic benchmark from tuning.benchmarks, or "module:function" of your own
-    # with train_cifar's contract (keyword hyperparameters, epochs, state, on_epoch), minus data.
-    trainer: str = "cifar"
-    diverged_value: float = 1e6  # what a trial whose metric turns NaN/inf reports instead: worse than any real result
+    # "cifar", a synthetic benchmark from tuning.benchmarks, or your own trainer: a function, or
+    # "module:function" (the contract: tuning.contract, docs/your-trainer.md).
+    trainer: Union[str, Callable] = "cifar"
+    # What a trial whose metric turns NaN/inf reports instead, worse than any real result: 1e6
+    # when minimising, -1e6 when maximising (None), or a value of your own.
+    diverged_value: float | None = None
     seed: int = 0
     name: str = ""
 
@@ -148,6 +152,9 @@ class Space:
             if not isinstance(p, (LogUniform, Uniform, IntUniform, Choice)):
                 raise SpaceError(f"parameter {key!r} is a {type(p).__name__}: declare it with "
                                  "LogUniform, Uniform, IntUniform or Choice from tuning.spaces")
+        if not callable(self.trainer) and not isinstance(self.trainer, str):
+            raise SpaceError(f"trainer must be a function, 'module:function', 'cifar' or a benchmark name, "
+                             f"got {self.trainer!r}")
         reported = trainer_metrics(self.trainer)
         if reported is not None and self.metric not in reported:
             raise SpaceError(f"metric {self.metric!r} is never reported by the {self.trainer} trainer: "
@@ -159,12 +166,28 @@ class Space:
     def replace(self, **changes) -> "Space":
         return dataclasses.replace(self, **changes)
 
+    @property
+    def worst(self) -> float:
+        """What a diverged trial reports: worse than any real result under the space's mode."""
+        if self.diverged_value is not None:
+            return self.diverged_value
+        return 1e6 if self.mode == "min" else -1e6
+
 
 CIFAR_METRICS = {"loss", "accuracy", "train_loss"}
 
 
-def trainer_metrics(trainer: str) -> set[str] | None:
+def trainer_name(trainer) -> str:
+    """How a run records its trainer: "cifar", a benchmark, or "module:function"."""
+    if callable(trainer):
+        return f"{trainer.__module__}:{trainer.__qualname__}"
+    return trainer
+
+
+def trainer_metrics(trainer) -> set[str] | None:
     """The metrics a trainer reports (None: a user's trainer, which only its runs can tell)."""
+    if callable(trainer):
+        return None
     if trainer == "cifar":
         return CIFAR_METRICS
     if ":" in trainer:
@@ -259,6 +282,50 @@ def to_configspace(space: Space, seed: int | None = None):
             hp = CS.CategoricalHyperparameter(k, choices=list(p.values))
         cs.add(hp)
     return cs
+
+
+# ---------------------------------------------------------------- as plain JSON (run.json)
+
+PARAM_TYPES = {c.__name__: c for c in (LogUniform, Uniform, IntUniform, Choice)}
+
+
+def declarations(space_or_params) -> dict:
+    """Parameter declarations as plain JSON, so a run's record says what it searched even if the
+    space file changes later."""
+    params = space_or_params.params if isinstance(space_or_params, Space) else space_or_params
+    return {k: {"type": type(p).__name__, **dataclasses.asdict(p)} for k, p in params.items()}
+
+
+def from_declarations(decls: dict) -> dict[str, Param]:
+    """declarations() read back; an unknown type or field is a SpaceError."""
+    out = {}
+    for k, d in decls.items():
+        kind = PARAM_TYPES.get(d.get("type"))
+        if kind is None:
+            raise SpaceError(f"parameter {k!r}: unknown type {d.get('type')!r}")
+        try:
+            out[k] = kind(**{f: v for f, v in d.items() if f != "type"})
+        except TypeError as exc:
+            raise SpaceError(f"parameter {k!r}: {exc}") from None
+    return out
+
+
+_SETTINGS = ("strategy", "metric", "mode", "num_samples", "grid_repeats", "max_epochs", "grace_period",
+             "reduction_factor", "cpus_per_trial", "gpus_per_trial", "workers_per_trial", "fixed",
+             "diverged_value", "seed", "name")
+
+
+def to_json(space: Space) -> dict:
+    """The whole space as plain JSON; its trainer by name (trainer_name)."""
+    return {"params": declarations(space), "trainer": trainer_name(space.trainer),
+            **{k: getattr(space, k) for k in _SETTINGS}}
+
+
+def from_json(data: dict, trainer=None) -> Space:
+    """to_json() read back. `trainer`: the function to run, where the recorded name cannot be
+    imported (a function defined in a script or notebook)."""
+    settings = {k: data[k] for k in _SETTINGS if k in data}
+    return Space(params=from_declarations(data["params"]), trainer=trainer or data["trainer"], **settings)
 
 
 def plain(value):

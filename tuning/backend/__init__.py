@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from tuning import results, spaces
-from tuning.backend.cluster import ClusterError, cluster_info, quiet_ray_logging, start_ray, stop_ray  # noqa: F401
+from tuning.backend.cluster import (ClusterError, cluster_info, quiet_ray_logging, start_ray, stop_ray,  # noqa: F401
+                                    worker_import_error)
 
 if TYPE_CHECKING:  # tuning.data imports torch: a trial of a synthetic benchmark (a Ray actor
     # importing this package) starts seconds sooner without it
@@ -51,6 +52,14 @@ def bohb_suggestion(space: spaces.Space) -> dict:
 
     searcher = PaperBOHB(space=spaces.to_configspace(space, 0), metric=space.metric, mode=space.mode, seed=0)
     return searcher.suggest("doctor")
+
+
+def ray_running() -> bool:
+    """Whether this process is connected to Ray already (a notebook's own ray.init, or an earlier
+    search's Ray left running): a search then uses it and leaves it running."""
+    import ray
+
+    return ray.is_initialized()
 
 
 def _trial_dirname(trial) -> str:

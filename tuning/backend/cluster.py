@@ -9,6 +9,8 @@ import logging
 import os
 import sys
 
+from tuning.cli import TuningError
+
 
 class _DropNoise(logging.Filter):
     """Ray messages that say nothing a tuning user can act on, and bury the progress table."""
@@ -41,7 +43,7 @@ def quiet_ray_logging() -> None:
             handler.addFilter(noise)
 
 
-class ClusterError(Exception):
+class ClusterError(TuningError):
     """The Ray cluster named by --address cannot be joined: a one-line reason and the fix."""
 
 
@@ -164,3 +166,31 @@ def stop_ray() -> None:
     import ray
 
     ray.shutdown()
+
+
+def worker_import_error(module: str) -> str | None:
+    """Whether the processes Ray runs trials in can import `module`, on every alive node: None, or
+    the first failure ("node IP: ModuleNotFoundError: ..."). The driver importing it proves
+    nothing: a folder put on sys.path after Ray started, or a file only on this machine, is not
+    on the workers'."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0, max_retries=0)
+    def try_import(name: str) -> str | None:
+        import importlib
+
+        try:
+            importlib.import_module(name)
+        except Exception as exc:  # whatever the import raises, the trials would meet it too
+            return f"{type(exc).__name__}: {exc}"
+        return None
+
+    nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) > 0]
+    refs = [(n["NodeManagerAddress"], try_import.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(module)) for n in nodes]
+    for ip, ref in refs:
+        error = ray.get(ref, timeout=300)
+        if error:
+            return f"{error} (on node {ip})" if len(refs) > 1 else error
+    return None

@@ -9,7 +9,6 @@ out-of-memory error into a message naming the configuration.
 
 from __future__ import annotations
 
-import importlib
 import logging
 import math
 import tempfile
@@ -21,7 +20,7 @@ import ray
 import torch
 from ray import tune
 
-from tuning import distributed, spaces, trainer
+from tuning import contract, distributed, results, spaces, trainer
 from tuning.backend.tune_parts import SyntheticBenchmark
 from tuning.benchmarks import BENCHMARKS
 from tuning.data import DataSource, load_train_val
@@ -59,12 +58,12 @@ def _recalled(directory: Path) -> dict | None:
         return None
 
 
-def restore(checkpoint) -> dict | None:
-    """The newest checkpoint that loads: Tune's latest, or, when that one is truncated or
-    corrupt (a crash mid-write on a non-atomic filesystem, a full disk), the one before it
-    (Tune keeps two), or None to start over. Each fallback is logged."""
+def restore(checkpoint) -> tuple[dict | None, int]:
+    """(state, the epochs it holds): the newest checkpoint that loads, Tune's latest, or, when
+    that one is truncated or corrupt (a crash mid-write on a non-atomic filesystem, a full disk),
+    the one before it (Tune keeps two), or (None, 0) to start over. Each fallback is logged."""
     if checkpoint is None:
-        return None
+        return None, 0
     latest = Path(checkpoint.path)
     candidates = [latest]
     if latest.is_dir():  # local storage: the older checkpoints sit next to it
@@ -73,58 +72,68 @@ def restore(checkpoint) -> dict | None:
         try:
             if path.is_dir():
                 state = _recalled(path) or trainer.read_checkpoint(path)
+                epoch = _epochs_held(path, state)
             else:  # remote storage: Tune downloads the latest
                 with checkpoint.as_directory() as d:
                     state = trainer.read_checkpoint(d)
+                    epoch = _epochs_held(Path(d), state)
         except Exception as exc:  # any unreadable file means "try the one before"
             log.warning("checkpoint %s is unreadable (%s: %s)", path, type(exc).__name__, exc)
             continue
         if path != latest:
             log.warning("restored from the previous checkpoint %s instead", path)
-        return state
+        return state, epoch
     log.warning("no readable checkpoint: the trial starts over from epoch 0")
-    return None
+    return None, 0
+
+
+def _epochs_held(directory: Path, state) -> int:
+    """The epochs a checkpoint holds: as written beside it, or, in one written before that file
+    existed, the CIFAR trainer's own count."""
+    try:
+        return int((directory / EPOCH_FILE).read_text())
+    except (OSError, ValueError):
+        return int(state.get("epoch", 0)) if isinstance(state, dict) else 0
 
 
 def trainable(spec):
     """What each trial of spec (a backend.RunSpec) runs: a synthetic benchmark's class Trainable,
-    or train_function around the space's trainer."""
+    or train_function around the space's trainer (a function travels to the workers with it:
+    by value when defined in a script or notebook, by name from an importable module)."""
     space = spec.space
-    if space.trainer in BENCHMARKS:
+    if isinstance(space.trainer, str) and space.trainer in BENCHMARKS:
         return tune.with_parameters(SyntheticBenchmark, benchmark=space.trainer, max_t=spec.max_epochs,
                                     seed=spec.seed)
     return tune.with_parameters(
-        train_function, trainer_name=space.trainer, source=spec.source, max_epochs=spec.max_epochs,
+        train_function, trainer=space.trainer, source=spec.source, max_epochs=spec.max_epochs,
         fixed=dict(space.fixed), seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
-        metric=space.metric, diverged_value=space.diverged_value, workers=spec.workers_per_trial,
+        metric=space.metric, diverged_value=space.worst, workers=spec.workers_per_trial,
         max_train=spec.max_train, max_val=spec.max_val)
 
 
-def _user_trainer(name: str):
-    module, _, function = name.partition(":")
-    return getattr(importlib.import_module(module), function)
+EPOCH_FILE = "epoch.txt"  # in a checkpoint: the epochs the trial had reported when it was written
 
 
-def train_function(config: dict, *, trainer_name: str, source: DataSource | None, max_epochs: int,
+def train_function(config: dict, *, trainer, source: DataSource | None, max_epochs: int,
                    fixed: dict, seed: int, threads: int, metric: str, diverged_value: float,
                    workers: int = 1, max_train: int | None = None, max_val: int | None = None) -> None:
-    """Tune's view of a trainer with train_cifar's contract: report each epoch, checkpoint each
-    epoch, and continue from Tune's checkpoint when a trial is resumed, retried or unpaused.
+    """Tune's view of a trainer (tuning.contract): report each epoch, checkpoint each epoch, and
+    continue from Tune's checkpoint when a trial is resumed, retried or unpaused.
 
-    A CIFAR trial given several GPUs trains as one nccl rank per GPU; a CPU trial with workers > 1
-    as that many gloo ranks sharing its CPUs. Either way rank 0's epochs come back here. A trial
+    A trial given several GPUs trains as one nccl rank per GPU; a CPU trial with workers > 1 as
+    that many gloo ranks sharing its CPUs. Either way rank 0's epochs come back here. A trial
     given a fraction of a GPU sees that one GPU in ray.get_gpu_ids() and trains on it alone."""
     params = {k: spaces.plain(v) for k, v in config.items()}
-    state = restore(tune.get_checkpoint())
-    report = _epoch_reporter(params, metric, diverged_value, restored_epoch=int(state["epoch"]) if state else 0)
-    kwargs = dict(**params, **fixed, epochs=max_epochs, seed=seed, state=state)
+    state, restored = restore(tune.get_checkpoint())
+    report = _epoch_reporter(params, metric, diverged_value, restored_epoch=restored)
+    kwargs = dict(**params, **fixed, epochs=max_epochs, state=state)
     try:
-        if trainer_name != "cifar":
-            torch.set_num_threads(threads)
-            _user_trainer(trainer_name)(**kwargs, on_epoch=report)
-            return
-        _train_cifar(kwargs, source=source, max_train=max_train, max_val=max_val, threads=threads,
-                     workers=workers, on_epoch=report)
+        if trainer == "cifar":
+            _train_cifar({**kwargs, "seed": seed}, source=source, max_train=max_train, max_val=max_val,
+                         threads=threads, workers=workers, on_epoch=report)
+        else:
+            _train_user(contract.resolve(trainer), kwargs, seed=seed, threads=threads, workers=workers,
+                        on_epoch=report)
     except _Diverged:
         return
     except torch.cuda.OutOfMemoryError as exc:
@@ -134,13 +143,22 @@ def train_function(config: dict, *, trainer_name: str, source: DataSource | None
 
 
 def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restored_epoch: int):
-    """The trainer's on_epoch: each epoch's metrics to Tune with a checkpoint, or, for a diverged
-    epoch, a finite worst case and the end of the trial (_Diverged)."""
+    """The trainer's on_epoch: each epoch's metrics to Tune with a checkpoint; for a diverged
+    epoch, a finite worst case and the end of the trial (_Diverged); for metrics without the
+    space's metric as a number, a result that stops the run (tune_parts.stopper) and the end of
+    the trial."""
     rss: list[float] = []
     # Tune's node_ip cannot tell apart nodes sharing a machine (or an IP behind NAT); the id can.
     node_id = ray.get_runtime_context().get_node_id()
+    reported = [restored_epoch]
 
     def report(metrics: dict, state: dict) -> None:
+        metrics, wrong = contract.plain_metrics(metrics, metric)
+        if wrong is not None:
+            # Stand-in values keep Tune's metric check and the schedulers quiet for the one step
+            # the stopper needs to end the run.
+            tune.report({**metrics, metric: diverged_value, results.METRIC_ERROR: wrong})
+            raise _Diverged
         # restored_from: the epoch this trial's process resumed at (0 = fresh start), so the
         # tables can show pauses and prove no epoch was trained twice. A trainer's own memory
         # figures (a DDP rank's) win over this process's.
@@ -151,17 +169,36 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
             log.warning("trial memory grew by %.0f MB since epoch 2 (%s): %s", rss[-1] - rss[1],
                         params, trainer.LEAK_ADVICE)
         value = metrics.get(metric)
-        if metrics.get("diverged") or (isinstance(value, float) and not math.isfinite(value)):
+        if metrics.get("diverged") or not math.isfinite(value):
             # A finite worst case keeps NaN out of ASHA's rungs and BOHB's model; no checkpoint,
             # the weights are garbage; and no more epochs spent on it.
             tune.report({**metrics, metric: diverged_value, "diverged": True})
             raise _Diverged
+        reported[0] += 1
         with tempfile.TemporaryDirectory() as d:
-            trainer.write_checkpoint(state, d)
+            try:
+                trainer.write_checkpoint(state, d)
+            except Exception as exc:  # pickling errors come in many types
+                raise TypeError(contract.unsaveable(exc)) from exc
+            (Path(d) / EPOCH_FILE).write_text(str(reported[0]))
             _remember(state, d)
             tune.report({**metrics, "diverged": False}, checkpoint=tune.Checkpoint.from_directory(d))
 
     return report
+
+
+def _train_user(fn, kwargs: dict, *, seed: int, threads: int, workers: int, on_epoch) -> None:
+    """A user's trainer on the trial's resources: one nccl rank per GPU or `workers` gloo ranks
+    sharing the CPUs (the trainer takes rank, world_size and device), or this process alone."""
+    gpus = ray.get_gpu_ids() if torch.cuda.is_available() else []
+    ranks, backend, device = (len(gpus), "nccl", "cuda") if len(gpus) > 1 else (workers, "gloo", "cpu")
+    if ranks > 1:
+        distributed.run(fn, contract.call_kwargs(fn, kwargs, {"seed": seed}), world_size=ranks, backend=backend,
+                        device_type=device, threads=max(1, threads // ranks), on_epoch=on_epoch)
+        return
+    torch.set_num_threads(threads)
+    fn(**contract.call_kwargs(fn, {**kwargs, "on_epoch": on_epoch},
+                              {"seed": seed, "device": "cuda" if gpus else "cpu", "rank": 0, "world_size": 1}))
 
 
 def _train_cifar(kwargs: dict, *, source: DataSource, max_train: int | None, max_val: int | None,

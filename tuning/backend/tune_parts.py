@@ -26,7 +26,6 @@ from tuning.benchmarks import BENCHMARKS
 
 log = logging.getLogger(__name__)
 
-REPORTED = ["loss", "accuracy", "training_iteration"]
 
 
 class Recorder(Callback):
@@ -63,28 +62,52 @@ class BudgetStopper(Stopper):
         return self.used >= self.budget_iterations
 
 
+class MetricErrorStopper(Stopper):
+    """Stops the whole run at the first result whose metrics cannot be used (the space's metric
+    missing, or not a number): every other trial would only repeat it. tuning.session turns the
+    result into one line."""
+
+    def __init__(self):
+        self.error = None
+
+    def __call__(self, trial_id, result):
+        if result.get(results.METRIC_ERROR):
+            self.error = self.error or result[results.METRIC_ERROR]
+            return True
+        return False
+
+    def stop_all(self):
+        return self.error is not None
+
+
 def stopper(max_t: int, budget_iterations: int | None):
-    """Each trial stops at max_t; with a budget, the whole run stops at it too (BudgetStopper)."""
-    per_trial = MaximumIterationStopper(max_t)
-    if budget_iterations is None:
-        return per_trial
-    return CombinedStopper(per_trial, BudgetStopper(budget_iterations))
+    """Each trial stops at max_t; the whole run at a result whose metrics cannot be used and, with a
+    budget, once the budget is spent (BudgetStopper)."""
+    stoppers = [MaximumIterationStopper(max_t), MetricErrorStopper()]
+    if budget_iterations is not None:
+        stoppers.append(BudgetStopper(budget_iterations))
+    return CombinedStopper(*stoppers)
 
 
 class Reporter(CLIReporter):
-    """Tune's CLIReporter, made safe for trials Tune has not scheduled yet.
+    """Tune's CLIReporter, made safe for trials Tune has not scheduled yet, and for finished trials
+    that never reported the metric.
 
     Its error table reads ``Trial.error_file`` of every trial, and in Ray 2.60 that raises
     "Should not access `trial_driver_staging_path` without setting `trial_dir_name`" for a trial
     Tune has added but not yet scheduled (its directory is assigned at scheduling). That crashed
     runs with HyperBandForBOHB, whose pending and paused trials wait on each other. Assigning
     the directory the way Tune does when it schedules the trial keeps both tables whole: every
-    trial's progress row, and every real error row."""
+    trial's progress row, and every real error row.
+
+    It sorts finished trials by the metric and raises TypeError on one without it (a trial the
+    run stopped before its first result, a trial that failed at once): the table goes unsorted then."""
 
     def report(self, trials, done, *sys_info):
         for trial in trials:
             if trial.storage.trial_dir_name is None:
                 trial.init_local_path()
+        self._sort_by_metric = all(self._metric in (t.last_result or {}) for t in trials if t.status == "TERMINATED")
         super().report(trials, done, *sys_info)
 
 
@@ -94,7 +117,9 @@ def reporter(space: spaces.Space, every_s: float = 30) -> Reporter:
     # run's output in full tables), and the final one: a short run still shows start and end.
     # The table is asked for outright: left to Tune, it depends on the verbosity the previous
     # tune.run of the process left behind, and a second run in one process printed none.
-    return Reporter(metric_columns=REPORTED, parameter_columns=list(space.params), metric=space.metric,
+    # Tune shows only the columns some trial has reported.
+    columns = [*dict.fromkeys([space.metric, "loss", "accuracy"]), "training_iteration"]
+    return Reporter(metric_columns=columns, parameter_columns=list(space.params), metric=space.metric,
                     mode=space.mode, sort_by_metric=True, max_report_frequency=every_s,
                     print_intermediate_tables=True)
 
@@ -229,9 +254,10 @@ def _uri(fs, path: str) -> str:
 
 def trial_record(trial, rows: list[dict]) -> dict:
     """What the tables need to know of a trial: its rows, status, error and checkpoint."""
-    error = None
+    error, error_file = None, None
     if trial.status == "ERROR" and trial.error_file and Path(trial.error_file).exists():
-        lines = [ln for ln in Path(trial.error_file).read_text().splitlines() if ln.strip()]
+        error_file = str(trial.error_file)  # the trainer's whole traceback
+        lines = [ln for ln in Path(error_file).read_text().splitlines() if ln.strip()]
         error = lines[-1] if lines else "unknown error"
     checkpoint = trial.checkpoint
     return {
@@ -240,6 +266,7 @@ def trial_record(trial, rows: list[dict]) -> dict:
         "config": {k: spaces.plain(v) for k, v in trial.config.items()},
         "rows": rows,
         "error": error,
+        "error_file": error_file,
         "failures": int(trial.run_metadata.num_failures),
         "checkpoint": _uri(checkpoint.filesystem, checkpoint.path) if checkpoint is not None else None,
         "path": trial.path if trial.storage.trial_dir_name else None,  # None: not scheduled yet

@@ -1,0 +1,203 @@
+"""The Python API and the trainer contract, with a user's trainer that reports `score` (higher is
+better) and no loss: every strategy, the same search from Python and from tuning.run, a function
+defined in a script's __main__, and each way a user's trainer goes wrong. Real Ray, real runs."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import tuning
+from tuning import Space, Uniform, run
+from tuning.results import incumbent
+
+from cli_helpers import refused
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+
+
+@pytest.fixture(scope="module")
+def ray_here():
+    """A local Ray whose workers import the test trainers (tests/ on their PYTHONPATH): searches in
+    this module use it and leave it running."""
+    import ray
+
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), before or ""])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+    if before is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = before
+
+
+def score_space(**kw) -> Space:
+    settings = dict(params={"lr": Uniform(0.0, 1.0, grid=3)}, trainer="user_trainers:scored", metric="score",
+                    mode="max", num_samples=6, max_epochs=3, reduction_factor=3, gpus_per_trial=0)
+    return Space(**{**settings, **kw})
+
+
+def test_a_second_search_in_the_same_process(tmp_path):
+    """Without a Ray of the caller's, each search starts its own and stops it: the second starts afresh.
+    First in this module: the tests below share a Ray of their own (ray_here), which searches leave up."""
+    import ray
+
+    assert not ray.is_initialized()
+    for name in ("a", "b"):
+        result = tuning.search(None, "counting_ones", strategy="random", num_samples=2, max_epochs=2, smoke=True,
+                               results_dir=tmp_path / name)
+        assert result.status == "finished" and len(result.trials) == 2
+        assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("strategy", ["grid", "random", "asha", "hyperband", "bohb"])
+def test_a_score_trainer_completes_under_every_strategy(ray_here, tmp_path, strategy):
+    result = tuning.search(None, score_space(), strategy=strategy, seed=1, results_dir=tmp_path / "r")
+    assert result.status == "finished" and result.succeeded == len(result.trials)
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    assert {"score", "best_score", "error_rate", "best_error_rate"} <= set(trials.columns)
+    assert "loss" not in trials and "loss" not in pd.read_csv(tmp_path / "r" / "epochs.csv")
+    full = trials[trials["epochs"] == 3]
+    winner = full.loc[full["score"].idxmax()]
+    assert result.best.trial_id == winner["trial_id"] and result.best.note == ""
+    assert result.best.metrics["score"] == pytest.approx(winner["score"])
+    best = json.loads((tmp_path / "r" / "best_config.json").read_text())
+    assert best["metric"] == "score" and best["trial_id"] == winner["trial_id"]
+    assert best["config"]["lr"] == pytest.approx(winner["lr"])
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "score" in report and result.report == tmp_path / "r" / "report.html"
+    assert result.record.metric == "score" and result.record.trainer == "user_trainers:scored"
+
+
+def test_best_is_the_full_budget_incumbent_not_the_best_last_value(ray_here, tmp_path):
+    """ASHA stops trials after their first epoch whose score there beats every full-budget score:
+    the incumbent is counted at the full budget, everywhere."""
+    space = score_space(trainer="user_trainers:fades", params={"lr": Uniform(0.0, 1.0)}, max_epochs=3,
+                        reduction_factor=3, num_samples=9, grace_period=1)
+    result = tuning.search(None, space, strategy="asha", seed=4, results_dir=tmp_path / "r")
+    trials = result.trials
+    full = trials[trials["epochs"] == 3]
+    assert len(full) and (trials["score"] > full["score"].max()).any(), "the case the test needs did not arise"
+    assert result.best.trial_id == full.loc[full["score"].idxmax(), "trial_id"]
+    assert json.loads((tmp_path / "r" / "best_config.json").read_text())["trial_id"] == result.best.trial_id
+    assert result.record.best["trial_id"] == result.best.trial_id  # what warm start and the report read
+
+
+def test_incumbent_falls_back_to_the_furthest_budget_and_says_so():
+    trials = pd.DataFrame({"trial_id": ["a", "b", "c", "d"], "score": [0.9, 0.5, 0.7, 0.99],
+                           "epochs": [1, 2, 2, 2], "diverged": [False, False, False, True]})
+    row, note = incumbent(trials, "score", "max", max_epochs=4)
+    assert row["trial_id"] == "c" and "no trial trained the full budget of 4 epochs" in note
+    row, note = incumbent(trials.assign(epochs=[4, 4, 2, 4]), "score", "max", max_epochs=4)
+    assert row["trial_id"] == "a" and note == ""  # d diverged: its value is a stand-in
+
+
+def test_the_api_and_tuning_run_give_the_same_trials(ray_here, tmp_path):
+    space = tmp_path / "score_space.py"
+    space.write_text("from tuning import Space, Uniform\n"
+                     "SPACE = Space(params={'lr': Uniform(0.0, 1.0)}, trainer='user_trainers:scored', metric='score', "
+                     "mode='max', num_samples=6, max_epochs=3, gpus_per_trial=0)\n")
+    result = tuning.search(None, str(space), strategy="random", num_samples=4, seed=7, results_dir=tmp_path / "api")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "tuning.run", "--space", str(space), "--strategy", "random",
+                           "--num-samples", "4", "--seed", "7", "--results-dir", str(tmp_path / "cli")], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    cli = pd.read_csv(tmp_path / "cli" / "trials.csv")
+    assert sorted(cli["lr"]) == pytest.approx(sorted(result.trials["lr"]))
+    assert sorted(cli["score"]) == pytest.approx(sorted(result.trials["score"]))
+    assert f"Best trial {cli.loc[cli['lr'] == result.best.config['lr'], 'trial_id'].item()}" in done.stdout
+    assert "Traceback" not in done.stderr
+
+
+def test_a_function_defined_in_main_runs(ray_here, tmp_path):
+    """A notebook's or script's function lives in __main__, which Ray's workers cannot import: it
+    travels by value."""
+    namespace = {"__name__": "__main__"}
+    exec("def train(*, lr, epochs, state=None, on_epoch):\n"
+         "    for e in range(state['epoch'] if state else 0, epochs):\n"
+         "        on_epoch({'score': -(lr - 0.25) ** 2 + e}, {'epoch': e + 1})\n", namespace)
+    result = tuning.search(namespace["train"], score_space(), strategy="random",
+                           num_samples=3, max_epochs=2, results_dir=tmp_path / "r")
+    assert result.status == "finished" and len(result.trials) == 3 and result.best is not None
+    assert result.record.trainer == "__main__:train" and (result.trials["epochs"] == 2).all()
+
+
+# ---------------------------------------------------------------- a user's trainer gone wrong
+
+def _argv(tmp_path, trainer: str, *more) -> list[str]:
+    space = tmp_path / "space.py"
+    space.write_text("from tuning import Space, Uniform\n"
+                     f"SPACE = Space(params={{'lr': Uniform(0.0, 1.0)}}, trainer={trainer!r}, metric='score', "
+                     "mode='max', num_samples=2, max_epochs=2, gpus_per_trial=0, strategy='random')\n")
+    return ["--space", str(space), "--results-dir", str(tmp_path / "r"), "--max-failures", "0", *more]
+
+
+def test_a_trainer_the_workers_cannot_import(ray_here, tmp_path, capsys, monkeypatch):
+    """The driver imports it from a folder put on sys.path after Ray started; Ray's workers cannot."""
+    folder = tmp_path / "late"
+    folder.mkdir()
+    (folder / "late_trainer.py").write_text("from user_trainers import scored as train\n")
+    monkeypatch.syspath_prepend(str(folder))
+    refused(capsys, run.main, _argv(tmp_path, "late_trainer:train"), "imports here but not in Ray's worker processes",
+            "ModuleNotFoundError", "PYTHONPATH")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_trainer_with_the_wrong_signature(tmp_path, capsys):
+    line = refused(capsys, run.main, _argv(tmp_path, "user_trainers:no_on_epoch"), "does not take on_epoch",
+                   "its signature is no_on_epoch(*, lr, epochs, state=None)")
+    assert "docs/your-trainer.md" in line and not (tmp_path / "r").exists()
+
+
+def test_a_trainer_that_raises_in_every_trial(ray_here, tmp_path, capsys):
+    capsys.readouterr()
+    assert run.main(_argv(tmp_path, "user_trainers:raises")) == 1
+    out, err = capsys.readouterr()
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    assert (trials["status"] == "ERROR").all() and trials["error"].str.contains("shapes").all()
+    traceback = Path(trials["error_file"][0]).read_text()
+    assert "user_trainers.py" in traceback and "ValueError: shapes (32, 10)" in traceback
+    assert "No trial reported a usable score" in out and f"its traceback: {trials['error_file'][0]}" in out
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["status"] == "finished"
+
+
+def test_a_trainer_whose_metric_is_nan_forever(ray_here, tmp_path, capsys):
+    capsys.readouterr()
+    assert run.main(_argv(tmp_path, "user_trainers:nan_forever")) == 1
+    out = capsys.readouterr().out
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    assert trials["diverged"].all() and (trials["epochs"] == 1).all()  # stopped at the first NaN
+    assert (trials["score"] == -1e6).all()  # the worst case under mode max, not +1e6
+    assert "No trial reported a usable score (2 diverged)" in out
+    assert not (tmp_path / "r" / "best_config.json").exists()
+
+
+@pytest.mark.parametrize("trainer, needles", [
+    ("text_metric", ["the trainer's 'score' is 'high' (str), not a number"]),
+    ("loss_only", ["the trainer reported no 'score'; the numbers it did report: accuracy, loss"]),
+])
+def test_a_metric_that_cannot_be_used_stops_the_run_after_its_first_result(ray_here, tmp_path, capsys, trainer,
+                                                                          needles):
+    refused(capsys, run.main, _argv(tmp_path, f"user_trainers:{trainer}"), *needles, "files kept in")
+    record = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert record["status"].startswith("stopped") and needles[0] in record["error"]
+    rows = (tmp_path / "r" / "results.jsonl").read_text().splitlines()
+    assert 1 <= len(rows) <= 2  # the first result, and at most one from the trial running beside it
+    assert (tmp_path / "r" / "trials.csv").exists()
+
+
+def test_a_state_that_cannot_be_saved(ray_here, tmp_path, capsys):
+    capsys.readouterr()
+    assert run.main(_argv(tmp_path, "user_trainers:unsaveable_state")) == 1
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    assert (trials["status"] == "ERROR").all()
+    assert trials["error"].str.contains("state cannot be saved as a checkpoint").all()
+    assert "generator" in Path(trials["error_file"][0]).read_text()

@@ -1,0 +1,52 @@
+"""Trainers a user might write, for the API tests: each follows tuning's trainer contract
+(docs/your-trainer.md) with no CIFAR data, or breaks it the way a user's trainer can."""
+
+import math
+
+
+def _epochs(state, epochs):
+    return range(state["epoch"] if state else 0, epochs)
+
+
+def scored(*, lr, epochs, state=None, on_epoch):
+    """Reports `score`, higher is better, and no loss: it rises with every epoch and peaks at lr 0.3,
+    so the best configuration at the full budget is the one nearest 0.3."""
+    for e in _epochs(state, epochs):
+        on_epoch({"score": 1 - abs(lr - 0.3) + 0.05 * (e + 1), "error_rate": abs(lr - 0.3)}, {"epoch": e + 1})
+
+
+def fades(*, lr, epochs, state=None, on_epoch):
+    """`score` for mode max that misleads: 1 - lr after the first epoch, at most 0.05 after any
+    later one. A trial stopped after its first epoch ends above every full-budget trial."""
+    for e in _epochs(state, epochs):
+        on_epoch({"score": 0.01 * lr + 0.01 * (e + 1) if e else 1 - lr}, {"epoch": e + 1})
+
+
+def no_on_epoch(*, lr, epochs, state=None):
+    """The contract broken: it takes no on_epoch."""
+
+
+def raises(*, lr, epochs, state=None, on_epoch):
+    """A bug in the first epoch of every trial."""
+    raise ValueError(f"shapes (32, 10) and (32, 3) do not match for lr={lr}")
+
+
+def nan_forever(*, lr, epochs, state=None, on_epoch):
+    for e in _epochs(state, epochs):
+        on_epoch({"score": math.nan}, {"epoch": e + 1})
+
+
+def text_metric(*, lr, epochs, state=None, on_epoch):
+    for e in _epochs(state, epochs):
+        on_epoch({"score": "high"}, {"epoch": e + 1})
+
+
+def unsaveable_state(*, lr, epochs, state=None, on_epoch):
+    for e in _epochs(state, epochs):
+        on_epoch({"score": lr}, {"epoch": e + 1, "batches": (i for i in range(3))})  # a generator
+
+
+def loss_only(*, lr, epochs, state=None, on_epoch):
+    """Reports loss and accuracy, not the `score` a space asks for."""
+    for e in _epochs(state, epochs):
+        on_epoch({"loss": lr, "accuracy": 1 - lr}, {"epoch": e + 1})

@@ -1,0 +1,116 @@
+"""A run's record, run.json: what was asked for and, as the run goes, what came of it.
+
+One typed object, read and written here only. tuning.api fills it in before the run, tuning.session
+as the run starts and ends, growth when a run is extended; the report, warm start, --resume and the
+GPU steps read it back through ``read``, which turns a missing or damaged file into one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tuning import results
+from tuning.cli import TuningError
+
+FILE = "run.json"
+
+
+class RecordError(TuningError):
+    """A folder holds no readable run.json: the message says which folder and why."""
+
+
+@dataclass
+class RunRecord:
+    # What was asked for: tuning.api, before anything starts.
+    space: str  # the space's name: a module of search_spaces/, a .py path, or "" for a Space built in Python
+    strategy: str
+    seed: int
+    num_samples: int
+    max_epochs: int
+    trainer: str = "cifar"  # "cifar", a benchmark, or "module:function" (a function's own module and name)
+    argv: list | None = None  # tuning.run's flags; None for a run started from Python
+    max_failures: int = 2
+    smoke: dict = field(default_factory=dict)
+    storage_path: str | None = None
+    tune_logs: bool = False
+    precision: str | None = None
+    time_budget_s: float | None = None
+    warm_start: dict | None = None
+    data_args: dict = field(default_factory=dict)
+    resources_per_trial: dict = field(default_factory=dict)
+    workers_per_trial: int = 1
+    address: str | None = None
+    # The whole declaration (spaces.to_json), so a resume or a report needs no space file.
+    declaration: dict = field(default_factory=dict)
+    # Where the run came from: tuning.session, as its first segment starts.
+    data: dict | None = None
+    fixed: dict = field(default_factory=dict)
+    versions: dict = field(default_factory=dict)
+    git_commit: str | None = None
+    started: str | None = None
+    metric: str = "loss"
+    mode: str = "min"
+    params: dict = field(default_factory=dict)  # the parameter declarations (spaces.declarations)
+    # How it goes, across segments (a first run, resumes, extensions).
+    status: str = "planned"
+    error: str | None = None  # why a run stopped on its trainer's bad output
+    resumes: int = -1
+    time_used_s: float = 0.0
+    wall_time_s: float = 0.0
+    extensions: list = field(default_factory=list)
+    # What it came to (tuning.session at the end of each segment).
+    trials: int = 0
+    cpu_hours: float = 0.0
+    gpu_hours: float = 0.0
+    stopped_early: int = 0
+    failed: int = 0
+    diverged: int = 0
+    memory_growing: int = 0
+    resumed_trials: int = 0
+    recomputed_epochs: int = 0
+    best: dict | None = None  # the incumbent's row (results.incumbent), with its test figures
+    best_note: str = ""  # how the incumbent was chosen, when not at the full budget
+    extra: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
+
+    def to_json(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        return {**self.extra, **out}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RunRecord":
+        names = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        record = cls(**{k: v for k, v in data.items() if k in names})
+        record.extra = {k: v for k, v in data.items() if k not in names}
+        return record
+
+    def write(self, run_dir: Path) -> None:
+        results.write_json(Path(run_dir) / FILE, self.to_json())
+
+
+REQUIRED = ("space", "strategy", "seed", "num_samples", "max_epochs")
+
+
+def read(run_dir: Path, what: str = "") -> RunRecord:
+    """The record of the run in run_dir. `what` opens the one-line error (a flag: "--resume DIR")."""
+    run_dir = Path(run_dir)
+    where = f"{what}: " if what else ""
+    if not run_dir.is_dir():
+        raise RecordError(f"{where}{run_dir}: no such folder; give the results dir of a tuning run")
+    try:
+        data = json.loads((run_dir / FILE).read_text())
+    except FileNotFoundError:
+        raise RecordError(f"{where}{run_dir} is not a tuning results dir (no {FILE}): give the folder a "
+                          "run was started in") from None
+    except (OSError, ValueError) as exc:
+        raise RecordError(f"{where}{run_dir / FILE} cannot be read ({exc})") from None
+    missing = [k for k in REQUIRED if not isinstance(data, dict) or k not in data]
+    if missing:
+        raise RecordError(f"{where}{run_dir / FILE} lacks {missing}: not a {FILE} a tuning run wrote")
+    return RunRecord.from_json(data)
+
+
+def exists(run_dir: Path) -> bool:
+    return (Path(run_dir) / FILE).is_file()
