@@ -44,6 +44,7 @@ def score_space(**kw) -> Space:
     return Space(**{**settings, **kw})
 
 
+@pytest.mark.slow  # two Ray starts; the searches below each reuse a Ray of the caller's
 def test_a_second_search_in_the_same_process(tmp_path):
     """Without a Ray of the caller's, each search starts its own and stops it: the second starts afresh.
     First in this module: the tests below share a Ray of their own (ray_here), which searches leave up."""
@@ -128,6 +129,15 @@ def test_a_function_defined_in_main_runs(ray_here, tmp_path):
                            num_samples=3, max_epochs=2, results_dir=tmp_path / "r")
     assert result.status == "finished" and len(result.trials) == 3 and result.best is not None
     assert result.record.trainer == "__main__:train" and (result.trials["epochs"] == 2).all()
+
+
+def test_a_user_trainer_as_ddp_ranks(ray_here, tmp_path):
+    """--workers-per-trial 2: two gloo ranks in one process group, rank 0 reporting for the trial."""
+    space = score_space(trainer="user_trainers:ranked")
+    result = tuning.search(None, space, strategy="random", num_samples=1, max_epochs=2, workers_per_trial=2,
+                           results_dir=tmp_path / "r")
+    assert result.status == "finished", result.trials.get("error")
+    assert result.trials["ranks_sum"].tolist() == [3.0] and result.trials["ranks"].tolist() == [2]
 
 
 # ---------------------------------------------------------------- a user's trainer gone wrong

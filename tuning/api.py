@@ -91,7 +91,8 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         data_args={"kind": data or ("synthetic" if smoke else "auto"), "data_dir": str(Path(data_dir).absolute()),
                    "seed": seed, "synthetic_train": small.get("synthetic_train", 50_000),
                    "synthetic_test": small.get("synthetic_test", 10_000)})
-    folder = Path(results_dir or f"results/{space.name or 'search'}-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
+    label = space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]
+    folder = Path(results_dir or f"results/{Path(label).stem}-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
     created = _prepare_results_dir(folder)
     lock = _lock(folder)
     try:
@@ -122,10 +123,7 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
     one too; time_budget: the new total. trainer: the function to run, where the recorded one
     cannot be imported by name (it was defined in a script or a notebook)."""
     folder = Path(results_dir).absolute()
-    try:
-        rec = records.read(folder, "--resume")
-    except records.RecordError as exc:
-        raise UsageError(str(exc).replace("tuning results dir", "tuning.run results dir")) from None
+    rec = records.read(folder, "--resume")
     if rec.status == "finished" and not add_samples:
         raise UsageError(f"--resume {folder}: that experiment finished already; its results are there "
                          "(add --add-samples N to run N more trials in it)")
@@ -314,7 +312,7 @@ def _recorded_space(rec: records.RunRecord, trainer) -> spaces.Space:
     """The space a run searched: as its record declares it (the space file may have changed since),
     with its trainer. A function defined in a script travels by value and has no importable name:
     the space file gives it back, or `trainer`."""
-    by_name = not contract.is_user_trainer(rec.trainer) or contract.module_of(rec.trainer) is not None
+    by_name = not contract.is_user_trainer(rec.trainer) or contract.importable(rec.trainer)
     if trainer is None and not by_name:
         try:
             trainer = spaces.load(rec.space).trainer

@@ -20,8 +20,10 @@ trainer with these functions, and tuning.backend's trial adapter calls it throug
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import math
+import sys
 from typing import Callable
 
 from tuning.cli import TuningError
@@ -56,12 +58,29 @@ def resolve(trainer) -> Callable:
 
 
 def module_of(trainer) -> str | None:
-    """The module Ray's workers must import to run the trainer; None where they need none (a
-    function defined in a script, a notebook or a space file travels by value)."""
-    module = trainer.partition(":")[0] if isinstance(trainer, str) else getattr(trainer, "__module__", None)
-    if not module or module == "__main__" or module.startswith("_space_"):
+    """The module Ray's workers must import to run the trainer; None where they need none. A
+    function travels to them as Ray's pickler sends it: by name when its module is imported here
+    under that name, else by value (one defined in a script, a notebook, or a file loaded by path
+    such as a space file)."""
+    if isinstance(trainer, str):
+        return trainer.partition(":")[0] or None
+    module = getattr(trainer, "__module__", None)
+    loaded = sys.modules.get(module) if module and module != "__main__" else None
+    if loaded is None or getattr(loaded, trainer.__qualname__, None) is not trainer:
         return None
     return module
+
+
+def importable(name: str) -> bool:
+    """Whether a recorded "module:function" can be imported by name (not a script's __main__, nor
+    a file loaded by path, such as a space file)."""
+    module = name.partition(":")[0]
+    if not module or module == "__main__":
+        return False
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def accepted(fn: Callable) -> tuple[set[str], bool]:

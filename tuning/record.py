@@ -98,11 +98,11 @@ def read(run_dir: Path, what: str = "") -> RunRecord:
     run_dir = Path(run_dir)
     where = f"{what}: " if what else ""
     if not run_dir.is_dir():
-        raise RecordError(f"{where}{run_dir}: no such folder; give the results dir of a tuning run")
+        raise RecordError(f"{where}{run_dir}: no such folder; give the results dir of a tuning.run")
     try:
         data = json.loads((run_dir / FILE).read_text())
     except FileNotFoundError:
-        raise RecordError(f"{where}{run_dir} is not a tuning results dir (no {FILE}): give the folder a "
+        raise RecordError(f"{where}{run_dir} is not a tuning.run results dir (no {FILE}): give the folder a "
                           "run was started in") from None
     except (OSError, ValueError) as exc:
         raise RecordError(f"{where}{run_dir / FILE} cannot be read ({exc})") from None

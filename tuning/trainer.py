@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import pickle
 import logging
 import math
 import os
@@ -230,7 +231,14 @@ def write_checkpoint(state: dict, directory: str | os.PathLike) -> Path:
 
 
 def read_checkpoint(directory: str | os.PathLike) -> dict:
-    return torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+    """A state write_checkpoint wrote. Tensors and plain values load with torch's safe loader; a
+    user's trainer may also hand over other objects (a fitted scikit-learn model), which only
+    pickle brings back: the file is one this run wrote into its own results dir."""
+    path = Path(directory) / CHECKPOINT_FILE
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # what the safe loader raises for a class it does not know
+        return torch.load(path, map_location="cpu", weights_only=False)
 
 
 EpochCallback = Callable[[dict, dict], None]

@@ -9,6 +9,7 @@ out-of-memory error into a message naming the configuration.
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import tempfile
@@ -44,9 +45,8 @@ TOKEN_FILE = "state.token"
 def _remember(state: dict, directory: str) -> None:
     token = uuid.uuid4().hex
     (Path(directory) / TOKEN_FILE).write_text(token)
-    # A copy: training goes on updating the tensors the trainer handed over.
-    _RECENT[token] = torch.utils._pytree.tree_map(
-        lambda v: v.detach().clone() if isinstance(v, torch.Tensor) else v, state)
+    # A copy: training goes on updating the tensors (or a model object) the trainer handed over.
+    _RECENT[token] = copy.deepcopy(state)
     while len(_RECENT) > _RECENT_MAX:
         _RECENT.popitem(last=False)
 

@@ -1,0 +1,83 @@
+"""The examples run as a newcomer runs them (smoke-sized), from Python and from tuning.run, and the
+template in docs/your-trainer.md is the file examples/template.py."""
+
+import importlib.util
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+
+EXAMPLES = ROOT / "examples"
+
+
+def _module(name: str):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_digits_from_python_as_a_script(tmp_path):
+    """python examples/digits_torch.py --smoke: tuning.search from a script, its trainer in __main__."""
+    done = subprocess.run([sys.executable, str(EXAMPLES / "digits_torch.py"), "--smoke"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Best trial" in done.stdout and "accuracy" in done.stdout and "Traceback" not in done.stderr
+    folder = next((tmp_path / "results").iterdir())
+    assert folder.name.startswith("train-")
+    trials = pd.read_csv(folder / "trials.csv")
+    assert {"accuracy", "best_accuracy", "loss", "best_loss"} <= set(trials.columns)
+    assert trials["accuracy"].max() > 0.5  # digits learns something within 3 epochs at a sane lr
+
+
+def test_gradient_boosting_from_tuning_run(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "tuning.run", "--space", "examples/gradient_boosting.py", "--smoke",
+                           "--results-dir", str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    assert {"log_loss", "best_log_loss", "auc", "best_auc", "trees"} <= set(trials.columns)
+    assert (trials["status"] == "TERMINATED").all() and (trials["trees"] == 20).all()  # 2 epochs of 10 trees
+    assert "log_loss" in done.stdout and "Traceback" not in done.stderr
+    # Its trainer came from the space file, by value: --add-samples finds it there again.
+    more = subprocess.run([sys.executable, "-m", "tuning.run", "--resume", str(tmp_path / "r"), "--add-samples", "2"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert len(pd.read_csv(tmp_path / "r" / "trials.csv")) == len(trials) + 2
+
+
+def test_a_resumed_boosting_trial_goes_on_boosting(tmp_path):
+    """The contract on its own, no Ray: a state handed back continues from its epoch, through a
+    checkpoint written and read as a trial's is (a fitted model, not only tensors)."""
+    from tuning import trainer as checkpoints
+
+    gb = _module("gradient_boosting")
+    params = dict(learning_rate=0.1, max_leaf_nodes=15, l2_regularization=0.0, min_samples_leaf=20)
+    seen, states = [], []
+    gb.train(**params, epochs=2, on_epoch=lambda m, s: (seen.append(m), states.append(s)))
+    checkpoints.write_checkpoint(states[-1], tmp_path)
+    restored = checkpoints.read_checkpoint(tmp_path)
+    gb.train(**params, epochs=4, state=restored, on_epoch=lambda m, s: (seen.append(m), states.append(s)))
+    assert [m["trees"] for m in seen] == [10, 20, 30, 40] and states[-1]["epoch"] == 4
+    straight = []
+    gb.train(**params, epochs=4, on_epoch=lambda m, s: straight.append(m))
+    assert seen[-1]["log_loss"] == pytest.approx(straight[-1]["log_loss"])  # as if never paused
+
+
+@pytest.mark.slow  # the same path as the digits example; the docs test below keeps the template honest
+def test_the_template_runs_from_python(tmp_path):
+    import tuning
+
+    template = _module("template")
+    result = tuning.search(template.train, template.SPACE, smoke=True, results_dir=tmp_path / "r")
+    assert result.status == "finished" and result.best is not None and "mse" in result.best.metrics
+
+
+def test_the_docs_template_is_examples_template():
+    doc = (ROOT / "docs" / "your-trainer.md").read_text()
+    block = re.search(r"<!-- examples/template.py -->\n```python\n(.*?)```", doc, re.S)
+    assert block, "docs/your-trainer.md lost its template block"
+    assert block.group(1) == (EXAMPLES / "template.py").read_text()
