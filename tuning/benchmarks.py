@@ -12,6 +12,10 @@ paused trial resumes without state, and a run is reproducible.
 - multi-fidelity Hartmann-6: Hartmann-6 whose fidelity s = t / max_t biases the first term
   (as BoTorch's AugmentedHartmann: alpha_1 - 0.1 (1 - s)) and adds Gaussian noise with standard
   deviation 0.1 (1 - s). At full fidelity it is the exact Hartmann-6, optimum -3.32237.
+- paired choices: six categorical parameters of 5, 5, 6, 6, 8 and 8 values whose best values
+  interact (each follower's best value depends on its leader's), noise shrinking with t; optimum 0.
+- misleading first epoch: seven continuous and integer parameters over LCBench's space, whose
+  first epoch ranks configurations by how fast they start, not by where they end; optimum 0.1.
 """
 
 from __future__ import annotations
@@ -68,7 +72,98 @@ def mf_hartmann6(config: dict, t: int, max_t: int, seed: int) -> float:
     return value
 
 
+# Paired choices. Each pair's leader has a main effect (LEADER_LOSS: 0 at its best value, whose
+# code is at neither end, so a model that reads the codes as an order gains nothing from them); its
+# follower has none: it costs MISMATCH unless it takes FOLLOWS[pair][leader], a different value for
+# every leader value (7 is prime to 5, 6 and 8, so 7 a + 2 mod k is a permutation).
+PAIR_SIZES = (5, 6, 8)
+LEADER_LOSS = ((0.5, 0.75, 0.0, 1.0, 0.25),
+               (0.6, 0.2, 1.0, 0.0, 0.8, 0.4),
+               (0.43, 1.0, 0.14, 0.71, 0.0, 0.86, 0.29, 0.57))
+FOLLOWS = tuple(tuple((7 * a + 2) % k for a in range(k)) for k in PAIR_SIZES)
+MISMATCH = 1.0
+PAIRED_NOISE = 1.0  # the noise's standard deviation at t = 1
+
+
+def paired_choices(config: dict, t: int, max_t: int, seed: int) -> float:
+    """Three pairs of categorical choices, a leader a_p and a follower b_p, whose best values
+    interact: loss = sum over pairs of LEADER_LOSS[p][a_p] + MISMATCH [b_p != FOLLOWS[p][a_p]].
+
+    What it models: choices that work only together, such as an optimizer and the schedule tuned
+    for it, or a cell's operation and the one after it (NAS-Bench-201, Dong & Yang, ICLR 2020: six
+    edges of five operations, where HpBandSter's own kernel learned nothing). In the terms of Kauffman's
+    NK landscapes (Kauffman & Weinberger, J. Theor. Biol. 1989) each follower's contribution depends
+    on one other parameter (K = 1): no follower value is better than another on its own, so a model
+    that adds up main effects cannot find the optimum, and every matched pair is a local optimum
+    for a search that changes one parameter at a time. Optimum 0 (each leader at its best value,
+    each follower matching it), exact at every fidelity. Fidelity: Gaussian noise whose standard
+    deviation PAIRED_NOISE (1/sqrt(t) - 1/sqrt(max_t)) / (1 - 1/sqrt(max_t)) is that of a mean
+    over t epochs, less what is left at max_t: PAIRED_NOISE at t = 1, 0 at t = max_t."""
+    loss = 0.0
+    for p in range(len(PAIR_SIZES)):
+        a, b = int(config[f"a{p}"]), int(config[f"b{p}"])
+        loss += LEADER_LOSS[p][a] + MISMATCH * (b != FOLLOWS[p][a])
+    if t < max_t:
+        shrink = (t ** -0.5 - max_t ** -0.5) / (1 - max_t ** -0.5)
+        loss += float(_rng(config, t, seed).normal(0.0, PAIRED_NOISE * shrink))
+    return loss
+
+
+# Misleading first epoch, on LCBench's space. Where the final loss is lowest (the learning rate's
+# best at LC_BEST's batch size), and how much each parameter's distance from it costs, in positions.
+LC_BEST = {"lr": 1.5e-3, "batch_size": 128, "momentum": 0.9, "weight_decay": 1e-3, "num_layers": 3,
+           "max_units": 256, "max_dropout": 0.3}
+LC_WEIGHT = {"lr": 2.0, "batch_size": 0.3, "momentum": 0.6, "weight_decay": 0.5, "num_layers": 0.4,
+             "max_units": 0.4, "max_dropout": 0.4}
+LC_LR_PER_BATCH = 0.3  # the best lr's position moves by this per unit of batch_size's (linear scaling)
+LC_FLOOR = 0.1  # the final loss at the optimum
+LC_START = 40.0  # scale of the excess loss after the first epoch
+LC_DECAY = 0.13  # the excess loss is multiplied by this with every epoch
+LC_NOISE = 0.03  # the noise's standard deviation at t = 1, falling linearly to 0 at max_t
+
+
+def lc_position(config: dict) -> dict:
+    """Each parameter as its position in [0, 1] of its range, on the scale it is sampled on."""
+    return {"lr": (np.log10(float(config["lr"])) + 4) / 3,  # 1e-4 .. 1e-1
+            "batch_size": (float(config["batch_size"]) - 16) / 496,  # 16 .. 512
+            "momentum": (float(config["momentum"]) - 0.1) / 0.89,  # 0.1 .. 0.99
+            "weight_decay": (np.log10(float(config["weight_decay"])) + 5) / 4,  # 1e-5 .. 1e-1
+            "num_layers": (float(config["num_layers"]) - 1) / 4,  # 1 .. 5
+            "max_units": (float(config["max_units"]) - 64) / 960,  # 64 .. 1024
+            "max_dropout": float(config["max_dropout"])}  # 0 .. 1
+
+
+_LC_BEST_X = lc_position(LC_BEST)
+
+
+def misleading_first_epoch(config: dict, t: int, max_t: int, seed: int) -> float:
+    """A learning curve loss(t) = final + start * LC_DECAY^(t - 1), over LCBench's seven
+    parameters (Zimmer, Lindauer & Hutter, TPAMI 2021: learning rate, batch size, momentum, weight
+    decay, layers, units, dropout, with its ranges), whose first epoch misleads.
+
+    What it models: after one epoch a large learning rate and a small network are ahead, whatever
+    they end at; a few epochs later the curves have crossed and the ranking is the final one. The
+    excess `start` = LC_START exp(-4 lr) (0.5 + layers) (0.5 + units), in positions, is unrelated
+    to the final loss (Spearman about 0 at t = 1 over random configurations) and has shrunk to a
+    fraction by t = 3 (Spearman about 0.87; tests/test_benchmarks.py pins both). The final loss is
+    LC_FLOOR plus a weighted sum of squares around LC_BEST, the best learning rate moving with the
+    batch size (Goyal et al. 2017, linear scaling); its optimum, LC_FLOOR, is at integer layers (3),
+    units (256) and batch size (128), so the space holds it. Gaussian noise of LC_NOISE (1 - t/max_t):
+    exact at the full budget."""
+    x = lc_position(config)
+    best = dict(_LC_BEST_X)
+    best["lr"] += LC_LR_PER_BATCH * (x["batch_size"] - _LC_BEST_X["batch_size"])
+    final = LC_FLOOR + sum(LC_WEIGHT[k] * (x[k] - best[k]) ** 2 for k in LC_WEIGHT)
+    start = LC_START * np.exp(-4 * x["lr"]) * (0.5 + x["num_layers"]) * (0.5 + x["max_units"])
+    loss = final + start * LC_DECAY ** (t - 1)
+    if t < max_t:
+        loss += _rng(config, t, seed).normal(0.0, LC_NOISE * (1 - t / max_t))
+    return float(loss)
+
+
 BENCHMARKS = {
     "counting_ones": Benchmark(counting_ones, optimum=-16.0, regret="normalized_counting_ones", dims=16),
     "mf_hartmann": Benchmark(mf_hartmann6, optimum=HARTMANN6_OPTIMUM, regret="difference", dims=6),
+    "paired_choices": Benchmark(paired_choices, optimum=0.0, regret="difference", dims=6),
+    "misleading_first_epoch": Benchmark(misleading_first_epoch, optimum=LC_FLOOR, regret="difference", dims=7),
 }

@@ -229,18 +229,79 @@ class PaperBOHB(TuneBOHB):
         super().on_trial_complete(trial_id, result, error)
 
 
-class VectorisedBOHB(BOHB):
-    """HpBandSter's BOHB config generator (the authors' model: its KDEs, bandwidths, random
-    fraction and the l/g rule are all theirs), with its proposal step vectorised.
+def categorical_bandwidth(n: int, k: np.ndarray | int) -> np.ndarray:
+    """The probability a categorical kernel puts on the other k - 1 values, fitted to n points:
+    Optuna's TPE kernel (optuna/samplers/_tpe/parzen_estimator.py), which weights the observed value
+    1 against a prior weight of 1 spread over the k values and the n + 1 kernels, normalised:
+    lambda = (k - 1) / (n + 1 + k). It shrinks as points come in, and stays below (k - 1) / k, so
+    the observed value always weighs more than any other (docs/strategies.md)."""
+    k = np.asarray(k, dtype=float)
+    return (k - 1) / (n + 1 + k)
 
-    The original draws its num_samples candidates one scalar at a time through
-    scipy.stats.truncnorm and evaluates both KDEs once per candidate, and the Tune loop waits for
-    it: 298 ms per proposal on counting ones against 56 ms here (python -m tuning.bench --only
-    scheduler, docs/bench/scheduler-2026-12-02). Here the same candidates
-    (a random good point, each continuous value from a truncated normal of bandwidth_factor x its
-    bandwidth, each categorical kept with probability 1 - bandwidth) are drawn in one call and both
-    KDEs evaluated on all of them at once. Configuration spaces with conditions are not supported,
-    as the spaces here have none."""
+
+class MixedKDE:
+    """A product-kernel density over ConfigSpace vectors: statsmodels' Gaussian kernel (as
+    KDEMultivariate's, untruncated) on continuous columns, an Aitchison-Aitken kernel on categorical
+    ones (1 - lambda on the observed value, lambda / (k - 1) on each other) with k the parameter's
+    number of values and lambda from categorical_bandwidth.
+
+    statsmodels' own unordered kernel, as HpBandSter fits it, takes its bandwidth from the normal
+    reference rule on the integer codes: about 1.1 for a five-value parameter whose good points
+    disagree, past (k - 1) / k = 0.8, where the observed value weighs less than each other one
+    (measured in docs/strategies.md). It also counts only the values present in the data, so what
+    an absent value gets depends on how many others the points have. Same attributes as
+    KDEMultivariate (data, bw, pdf), so HpBandSter's own get_config still runs on it
+    (tuning.benchsched times it)."""
+
+    def __init__(self, data: np.ndarray, bw: np.ndarray, vartypes: np.ndarray):
+        self.data, self.vartypes = np.asarray(data, dtype=float), vartypes
+        self.bw = np.array(bw, dtype=float)
+        cat = vartypes > 0
+        self.bw[cat] = categorical_bandwidth(len(self.data), vartypes[cat])
+
+    def pdf(self, x) -> np.ndarray | float:
+        """The density at one vector (a float) or at each row of a 2-D array."""
+        points = np.atleast_2d(np.asarray(x, dtype=float))
+        cont = self.vartypes == 0
+        kernel = np.ones((len(points), len(self.data)))
+        if cont.any():
+            z = (points[:, None, cont] - self.data[None, :, cont]) / self.bw[cont]
+            kernel *= np.exp(-0.5 * np.sum(z ** 2, axis=2)) / np.prod(np.sqrt(2 * np.pi) * self.bw[cont])
+        for j in np.flatnonzero(~cont):
+            same = np.rint(points[:, None, j]) == self.data[None, :, j]
+            lam = self.bw[j]
+            kernel *= np.where(same, 1 - lam, lam / max(self.vartypes[j] - 1, 1))
+        dens = kernel.mean(axis=1)
+        return dens if np.ndim(x) == 2 else float(dens[0])
+
+
+class VectorisedBOHB(BOHB):
+    """HpBandSter's BOHB config generator (the authors' design: good and bad densities per budget on
+    the top_n_percent split, the largest budget with enough points, the random fraction, candidates
+    drawn around good points and the one with the lowest g/l proposed), with two changes.
+
+    1. Categorical parameters get MixedKDE's kernel instead of statsmodels' normal-reference
+       Aitchison-Aitken one: the points, the split, and the continuous bandwidths are HpBandSter's,
+       fitted by HpBandSter; only each categorical column's bandwidth and kernel are replaced
+       (docs/strategies.md, "BOHB's model for categorical parameters").
+    2. The proposal step is vectorised. The original draws its num_samples candidates one scalar at
+       a time through scipy.stats.truncnorm and evaluates both KDEs once per candidate, and the
+       Tune loop waits for it: 298 ms per proposal on counting ones against 56 ms here (python -m
+       tuning.bench --only scheduler, docs/bench/scheduler-2026-12-02, with statsmodels' KDEs;
+       MixedKDE's pdf is vectorised over candidates and points too). Here the same candidates (a
+       random good point, each continuous value from a truncated normal of bandwidth_factor x its
+       bandwidth, each categorical one from the good kernel: kept with probability 1 - lambda, else
+       one of the other values) are drawn in one call and both KDEs evaluated on all at once.
+
+    Configuration spaces with conditions are not supported, as the spaces here have none."""
+
+    def new_result(self, job, update_model=True):
+        before = {b: m["good"] for b, m in self.kde_models.items()}
+        super().new_result(job, update_model)
+        for budget, models in self.kde_models.items():
+            if before.get(budget) is not models["good"]:  # HpBandSter has just (re)fitted this budget
+                self.kde_models[budget] = {name: MixedKDE(kde.data, kde.bw, self.vartypes)
+                                           for name, kde in models.items()}
 
     def get_config(self, budget):
         if not self.kde_models or np.random.rand() < self.random_fraction:
@@ -255,8 +316,10 @@ class VectorisedBOHB(BOHB):
             m, sd = data[:, cont], self.bw_factor * bw[cont]
             vectors[:, cont] = sps.truncnorm.rvs(-m / sd, (1 - m) / sd, loc=m, scale=sd)
         for j in np.flatnonzero(~cont):
-            keep = np.random.rand(n) < 1 - bw[j]
-            vectors[:, j] = np.where(keep, data[:, j].astype(int), np.random.randint(self.vartypes[j], size=n))
+            k, kept = self.vartypes[j], data[:, j].astype(int)
+            # Drawn from the good kernel itself, whose other values share lambda equally.
+            other = (kept + np.random.randint(1, k, size=n)) % k if k > 1 else kept
+            vectors[:, j] = np.where(np.random.rand(n) < 1 - bw[j], kept, other)
         best = self._best(good.pdf(vectors), bad.pdf(vectors))
         if best is None:
             return dict(self.configspace.sample_configuration()), {"model_based_pick": False}
