@@ -18,6 +18,7 @@ GRID_POINTS = 200  # points of the common budget / time grid the seeds are avera
 ALPHA = 0.05  # significance level the verdict sentences use
 REQUIRED = ["strategy", "seed", "run_id", "trial_id", "training_iteration", "full_fidelity",
             "consumed_budget", "wall_s", "epoch"]
+ID_COLUMNS = {"trial_id": str, "recorded_trial": str}  # recorded_trial: a replay's (tuning/replay.py)
 
 
 class ReportError(Exception):
@@ -45,7 +46,8 @@ def load(out_dir: Path) -> tuple[pd.DataFrame, dict, dict]:
     exp = _read_json(out_dir / "experiment.json")
     prov = _read_json(out_dir / "provenance.json") if (out_dir / "provenance.json").exists() else None
     try:
-        runs = pd.read_parquet(parquet) if parquet.exists() else pd.read_csv(csv)
+        # Ids as text: a hex id such as 1234e567 would otherwise be read as a number.
+        runs = pd.read_parquet(parquet) if parquet.exists() else pd.read_csv(csv, dtype=ID_COLUMNS)
     except Exception as exc:  # pyarrow and the CSV parser raise many types; any of them means unreadable
         raise ReportError(f"cannot read the runs table in {out_dir}: {exc}") from None
     metric = exp.get("metric", "loss")

@@ -81,6 +81,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         num_samples = num_samples or small.get("num_samples") or space.num_samples
     seed = space.seed if seed is None else seed
     _check_trainer(space, workers_per_trial or space.workers_per_trial)
+    _check_replay(space, max_epochs or small.get("max_epochs") or space.max_epochs)
     rec = records.RunRecord(
         space=space.name, strategy=strategy, seed=seed, num_samples=num_samples,
         max_epochs=max_epochs or small.get("max_epochs") or space.max_epochs,
@@ -195,6 +196,14 @@ def _check_trainer(space: spaces.Space, workers: int) -> None:
         raise contract.ContractError(f"trainer {name}: --workers-per-trial {workers} spawns DDP ranks, which import "
                                      "the trainer by name: define it in an importable module and pass "
                                      "'module:function'")
+
+
+def _check_replay(space: spaces.Space, max_epochs: int) -> None:
+    """A replay of a recorded run (tuning/replay.py) asks only for what was recorded."""
+    from tuning import replay
+
+    if replay.is_replay(space.trainer):
+        replay.check(replay.read(replay.folder_of(space.trainer)), space, max_epochs)
 
 
 def _check_workers_import(space: spaces.Space, ray_was_running: bool) -> None:

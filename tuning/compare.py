@@ -1,4 +1,5 @@
 """``python -m tuning.compare experiments/<name>``: grid vs random vs ASHA vs BOHB, equal budgets.
+``python -m tuning.compare --replay RESULTS_DIR``: the same over a finished run's recorded curves.
 
 An experiment is data (``EXPERIMENT = Experiment(...)`` in experiments/<name>.py): a space, the
 strategies, a budget per strategy run in full evaluations, the seeds. One generic runner loops
@@ -6,6 +7,10 @@ over strategies x seeds, runs each through the same ``tune.run`` path as ``tunin
 comparison measures the service itself), stops each run when its trials have trained the budget
 between them, and keeps each finished run's rows on disk so a re-run only does what is missing.
 At the end it writes runs.csv/.parquet, experiment.json, provenance.json and the report.
+
+A space "replay:DIR" (or --replay DIR) replays the learning curves a finished tuning.run recorded
+(tuning/replay.py): minutes instead of the training's hours, every epoch charged its recorded
+device-hours, regret measured against the best recorded configuration.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import math
 import sys
 import time
 from dataclasses import dataclass, field
@@ -20,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tuning import backend, cli, data, growth, report, results, spaces
+from tuning import analysis, backend, cli, data, growth, replay, report, results, spaces
 from tuning.cli import UsageError
 
 log = logging.getLogger("tuning.compare")
@@ -28,7 +34,7 @@ log = logging.getLogger("tuning.compare")
 
 @dataclass(frozen=True)
 class Experiment:
-    space: str  # a module under search_spaces/; its trainer is the benchmark
+    space: str  # a module under search_spaces/ (its trainer is the benchmark), or "replay:DIR" (tuning/replay.py)
     budget: float  # per strategy run, in full evaluations (full trainings' worth of epochs)
     seeds: tuple = tuple(range(10))
     strategies: tuple = spaces.STRATEGIES
@@ -62,29 +68,55 @@ def load_experiment(path: str) -> tuple[str, Experiment]:
     if any(s.endswith("+warm") for s in exp.strategies) and not exp.warm_from:
         raise UsageError(f"{file}: a '+warm' strategy needs warm_from={{'strategy': ..., 'budget': ...}}")
     try:
-        spaces.load(exp.space)
-    except spaces.SpaceError as exc:
+        _space(exp.space)
+    except cli.TuningError as exc:  # an unknown space, a folder that is not a finished run
         raise UsageError(f"{file}: space/benchmark {exp.space!r}: {exc}") from None
     if not exp.seeds or exp.budget <= 0:
         raise UsageError(f"{file}: an experiment needs at least one seed and a positive budget")
     return file.stem, exp
 
 
+def replay_experiment(folder: str) -> tuple[str, Experiment]:
+    """--replay DIR: every strategy over the run recorded in DIR, 10 seeds, at its recorded epochs,
+    each run given one grid's worth of its declaration (what a grid search would have cost)."""
+    space, _ = _space(replay.PREFIX + folder, "--replay")
+    return f"replay-{Path(folder).resolve().name}", Experiment(
+        space=replay.PREFIX + folder, budget=spaces.grid_size(space),
+        # Smoke: 4 epochs (rungs 1, 2, 4 at reduction factor 2), 2 seeds, 4 full evaluations.
+        smoke={"budget": 4, "seeds": 2, "max_epochs": min(4, space.max_epochs)},
+        description=f"The learning curves recorded in {folder} ({space.metric}, {space.mode}imised; "
+                    f"{', '.join(space.params)}), replayed: what each strategy would have found, and at what cost.")
+
+
+def _space(name: str, what: str = "") -> tuple[spaces.Space, replay.Recorded | None]:
+    """(the space, the recorded run where it is a replay): a space by name, or "replay:DIR"."""
+    if not replay.is_replay(name):
+        return spaces.load(name), None
+    recorded = replay.read(replay.folder_of(name), what)
+    return replay.space(recorded), recorded
+
+
 def _run_rows(rows: list[dict], *, benchmark: str, strategy: str, seed: int, max_t: int,
-              params: list[str], cpus: float = 1) -> pd.DataFrame:
+              params: list[str], cpus: float = 1, metric: str = "loss") -> pd.DataFrame:
     """The recorder's results, in arrival order, as the report's input rows. device_hours: the
-    CPU-hours the run's trials had used by then (each trial's CPUs times its iterations' time)."""
-    out, seconds = [], 0.0
+    CPU-hours the run's trials had used by then (each trial's CPUs times its iterations' time); for
+    a replay, the device-hours the recorded epochs cost (GPU-hours where the recorded run had GPUs).
+    Columns: loss and accuracy where reported, and the space's metric (a replayed run's may be any)."""
+    out, hours = [], 0.0
     for i, r in enumerate(rows, start=1):
-        seconds += r.get("time_this_iter_s") or 0.0
+        used = results.device_hours([r], cpus, 0)
+        hours += used["gpu_hours"] or used["cpu_hours"]
+        replayed = r.get("replayed") or {}
         out.append({
             "benchmark": benchmark, "strategy": strategy, "seed": seed, "run_id": f"{strategy}-s{seed}",
-            "trial_id": r["trial_id"], "training_iteration": r["training_iteration"], "loss": r["loss"],
+            "trial_id": r["trial_id"], "training_iteration": r["training_iteration"], "loss": r.get("loss"),
             "full_fidelity": r["training_iteration"] >= max_t,
             "consumed_budget": i / max_t,  # every result is one iteration of one trial
-            "wall_s": r["wall_s"], "device_hours": cpus * seconds / 3600,
+            "wall_s": r["wall_s"], "device_hours": hours,
             "epoch": r.get("epoch", r["training_iteration"]),
             "accuracy": r.get("accuracy"),
+            **({metric: r[metric]} if metric not in ("loss", "accuracy") else {}),
+            **({"recorded_trial": replayed["trial_id"]} if replayed else {}),
             **{p: r["config"].get(p) for p in params},
         })
     return pd.DataFrame(out)
@@ -97,9 +129,11 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
 
 def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None, budget: float | None,
         argv: list[str], address: str | None = None, storage_path: str | None = None) -> Path:
-    space = spaces.load(exp.space)
+    space, recorded = _space(exp.space)
     over = exp.smoke if smoke else {}
     max_t = over.get("max_epochs") or exp.max_epochs or space.max_epochs
+    if recorded is not None:  # before anything is written: more epochs than recorded is bad input
+        replay.check(recorded, space, max_t, f"{name}: {exp.space}")
     budget = budget or over.get("budget") or exp.budget
     seed_list = list(exp.seeds if seeds is None and "seeds" not in over else
                      range(seeds if seeds is not None else over["seeds"]))
@@ -110,8 +144,13 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     todo = [(s, seed) for s, seed in jobs if not (out / "runs" / f"{s}-s{seed}.csv").exists()]
 
     source = _source(space, smoke)
+    cpus = cli.SMOKE_CPUS if smoke else None
+    if recorded is not None and recorded.parallelism:
+        # As many trials at once as the recorded run trained: the order results arrive in, which
+        # the asynchronous schedulers act on, is then the recorded one.
+        cpus = math.ceil(recorded.parallelism * space.cpus_per_trial)
     if todo:  # Ray only when there is something to run
-        backend.start_ray(address=address, num_cpus=cli.SMOKE_CPUS if smoke else None)
+        backend.start_ray(address=address, num_cpus=cpus)
     # On shared storage each comparison gets its own folder, its runs one each inside it.
     storage = f"{storage_path.rstrip('/')}/{out.name}" if storage_path else None
     setting = dict(space=space, max_t=max_t, source=source, smoke=smoke, storage_path=storage)
@@ -127,19 +166,20 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
         rows = _one_run(strategy=strategy.removesuffix("+warm"), seed=seed, budget=budget,
                         run_dir=out / "runs" / run_id, **warm, **setting)
         df = _run_rows(rows, benchmark=space.trainer if space.trainer != "cifar" else name, strategy=strategy,
-                       seed=seed, max_t=max_t, params=params, cpus=space.cpus_per_trial)
+                       seed=seed, max_t=max_t, params=params, cpus=space.cpus_per_trial, metric=space.metric)
         _write_csv(df, done)
         print(f"[{i}/{len(jobs)}] {run_id}: done in {time.monotonic() - started:.0f} s, "
               f"{len(df)} iterations, {df['trial_id'].nunique() if len(df) else 0} trials", flush=True)
 
-    runs = pd.concat([pd.read_csv(out / "runs" / f"{s}-s{seed}.csv") for s, seed in jobs], ignore_index=True)
+    runs = pd.concat([pd.read_csv(out / "runs" / f"{s}-s{seed}.csv", dtype=analysis.ID_COLUMNS) for s, seed in jobs],
+                     ignore_index=True)
     # Equal budgets, exactly: results that arrived after a run had spent its budget (trials
     # already running when it ran out) are not counted. runs/*.csv keep them.
     runs = runs[runs["consumed_budget"] <= budget + 1e-9].reset_index(drop=True)
     _write_csv(runs, out / "runs.csv")
     runs.to_parquet(out / "runs.parquet", index=False)
     _write_records(out, name, exp, space, source, smoke=smoke, budget=budget, max_t=max_t, seeds=seed_list,
-                   argv=argv)
+                   argv=argv, recorded=recorded)
     return report.write_report(out)["html"]
 
 
@@ -155,21 +195,27 @@ def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
 
 
 def _write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, source, *, smoke: bool,
-                   budget: float, max_t: int, seeds: list[int], argv: list[str]) -> None:
-    """experiment.json (what was compared, as the report reads it) and provenance.json (how)."""
+                   budget: float, max_t: int, seeds: list[int], argv: list[str],
+                   recorded: replay.Recorded | None = None) -> None:
+    """experiment.json (what was compared, as the report reads it) and provenance.json (how). A
+    replay's regret is measured against the best recorded configuration, which the space holds."""
     from tuning.benchmarks import BENCHMARKS
 
     bench = BENCHMARKS.get(space.trainer)
+    known = {"optimum": bench.optimum, "regret": bench.regret, "dims": bench.dims} if bench else {}
+    replayed = replay.describe(recorded, max_t) if recorded else None
+    if replayed:
+        known = {"optimum": replayed["optimum"], "regret": "difference", "dims": len(space.params)}
     results.write_json(out / "experiment.json", {
-        "name": name, "benchmark": space.trainer if bench else name, "metric": space.metric, "mode": space.mode,
-        "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seeds,
-        "params": list(space.params), "optimum": bench.optimum if bench else None,
-        "regret": bench.regret if bench else None, "dims": bench.dims if bench else None,
+        "name": name, "benchmark": space.trainer if bench or recorded else name, "metric": space.metric,
+        "mode": space.mode, "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seeds,
+        "params": list(space.params), "optimum": known.get("optimum"),
+        "regret": known.get("regret"), "dims": known.get("dims"),
         "description": exp.description, "space": exp.space, "smoke": smoke, "reference": exp.reference,
-        "warm_from": exp.warm_from})
+        "warm_from": exp.warm_from, **({"replay": replayed} if replayed else {})})
     results.write_json(out / "provenance.json", {
         "command": "python -m tuning.compare " + " ".join(argv),
-        "data": {"kind": source.kind if source else f"benchmark:{space.trainer}",
+        "data": {"kind": source.kind if source else (exp.space if recorded else f"benchmark:{space.trainer}"),
                  "root": source.root if source else None},
         "machine": results.machine(), "seeds": seeds, "git_commit": results.git_commit(),
         "versions": results.versions()})
@@ -224,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
                         datefmt="%H:%M:%S")
     argv = sys.argv[1:] if argv is None else list(argv)
     p = cli.Parser(prog="python -m tuning.compare", description=__doc__.split("\n\n")[0])
-    p.add_argument("experiment", help="an experiment declaration, e.g. experiments/counting_ones")
+    p.add_argument("experiment", nargs="?", help="an experiment declaration, e.g. experiments/counting_ones")
+    p.add_argument("--replay", metavar="RESULTS_DIR",
+                   help="instead of an experiment: every strategy over the learning curves a finished tuning.run "
+                        "recorded in RESULTS_DIR (what would the others have cost?), 10 seeds, at its recorded "
+                        "epochs, one grid's worth of budget unless --budget")
     p.add_argument("--smoke", action="store_true",
                    help=f"the experiment's CI-sized settings, on a local Ray of {cli.SMOKE_CPUS} CPUs")
     p.add_argument("--seeds", type=int, help="run seeds 0..N-1 instead of the experiment's")
@@ -238,7 +288,10 @@ def main(argv: list[str] | None = None) -> int:
     with cli.sigterm_stops_like_ctrl_c():
         try:
             args = p.parse_args(argv)
-            name, exp = load_experiment(args.experiment)
+            if (args.experiment is None) == (args.replay is None):
+                raise UsageError("give an experiment (e.g. experiments/counting_ones) or --replay RESULTS_DIR, "
+                                 "one of the two")
+            name, exp = load_experiment(args.experiment) if args.replay is None else replay_experiment(args.replay)
             if args.seeds is not None and args.seeds < 1:
                 raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
             if args.budget is not None and args.budget <= 0:
@@ -246,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
             out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
             html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,
                        address=args.address, storage_path=args.storage_path)
-        except (UsageError, spaces.SpaceError, data.DataError, report.ReportError, backend.ClusterError) as exc:
+        except (cli.TuningError, data.DataError, report.ReportError, backend.ClusterError) as exc:
             print(f"tuning.compare: error: {exc}", file=sys.stderr)
             return 2
         except results.WriteError as exc:  # a full disk: not bad input

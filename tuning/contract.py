@@ -38,8 +38,9 @@ class ContractError(TuningError):
 
 
 def is_user_trainer(trainer) -> bool:
-    """A function, or "module:function": not the CIFAR trainer nor a synthetic benchmark."""
-    return callable(trainer) or (isinstance(trainer, str) and ":" in trainer)
+    """A function, or "module:function": not the CIFAR trainer, a synthetic benchmark nor a replay
+    ("replay:DIR", tuning/replay.py)."""
+    return callable(trainer) or (isinstance(trainer, str) and ":" in trainer and not trainer.startswith("replay:"))
 
 
 def resolve(trainer) -> Callable:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tuning import cli, results
+from tuning import cli, replay, results
 from tuning.analysis import (ALPHA, ReportError, anytime_curves, best_configs, load, make_grid,
                              stopped_early, summarize)
 
@@ -265,6 +265,8 @@ def _blocks(runs, exp, prov, summary, figures: dict) -> list[tuple]:
                ("table", best.apply(lambda col: col.map(_number)) if len(best) else pd.DataFrame())]
     if "scatter" in figures:
         blocks.append(("img", figures["scatter"], "learning rate against batch size, coloured by loss"))
+    if exp.get("replay"):  # a replayed run (tuning/replay.py): which recorded configuration each strategy found
+        blocks += replay.report_blocks(runs, exp, strategies, _number)
     blocks += [("h2", "Provenance"), ("table", pd.DataFrame(list(flatten(prov)), columns=["key", "value"]))
                if prov else ("p", "provenance.json is missing: where these numbers came from is not recorded.")]
     return blocks
@@ -350,8 +352,10 @@ def write_report(out_dir: Path) -> dict:
     results.write_text(md, render_markdown(blocks))
     results.write_text(page, render_html(blocks, blocks[0][1]))
     # One row per run (final incumbent, budget, trials): small enough to commit beside the report.
-    finals = out_dir / "finals.csv"
-    results.write_text(finals, summary["per_run"].to_csv(index=False))
+    finals, per_run = out_dir / "finals.csv", summary["per_run"]
+    if exp.get("replay"):  # which recorded configuration each run ended on, and when it first found the best
+        per_run = per_run.merge(replay.outcomes(runs, exp).drop(columns=["strategy", "seed"]), on="run_id")
+    results.write_text(finals, per_run.to_csv(index=False))
     log.info("report written: %s, %s, %s", md, page, finals)
     return {"markdown": md, "html": page, "finals": finals, "figures": list(figures.values()),
             "table": summary["table"], "tests": summary["tests"]}

@@ -180,9 +180,14 @@ def _best(rows: list[dict], key: str, way: str):
 
 
 def device_hours(rows: list[dict], cpus: float, gpus: float) -> dict[str, float]:
-    """CPU-hours and GPU-hours of a trial's rows: its resources times the time its iterations took."""
-    seconds = sum(r["time_this_iter_s"] for r in rows if _finite(r.get("time_this_iter_s")))
-    return {"cpu_hours": cpus * seconds / 3600, "gpu_hours": gpus * seconds / 3600}
+    """CPU-hours and GPU-hours of a trial's rows: its resources times the time its iterations took.
+    A replayed epoch (tuning.replay) is charged what its recorded epoch cost, on the recorded run's
+    resources: what real training would have spent, not the milliseconds the replay took."""
+    replayed = [r["replayed"] for r in rows if isinstance(r.get("replayed"), dict)]
+    seconds = sum(r["time_this_iter_s"] for r in rows
+                  if _finite(r.get("time_this_iter_s")) and not isinstance(r.get("replayed"), dict))
+    return {"cpu_hours": cpus * seconds / 3600 + math.fsum(r["cpu_hours"] for r in replayed),
+            "gpu_hours": gpus * seconds / 3600 + math.fsum(r["gpu_hours"] for r in replayed)}
 
 
 def _max(rows: list[dict], key: str):

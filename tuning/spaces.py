@@ -190,6 +190,13 @@ def trainer_metrics(trainer) -> set[str] | None:
         return None
     if trainer == "cifar":
         return CIFAR_METRICS
+    if trainer.startswith("replay:"):  # a finished run's recorded curves (tuning/replay.py): what it recorded
+        from tuning import replay
+
+        try:
+            return set(replay.metrics(replay.folder_of(trainer)))
+        except TuningError as exc:
+            raise SpaceError(str(exc)) from None
     if ":" in trainer:
         module, _, function = trainer.partition(":")
         try:

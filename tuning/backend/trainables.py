@@ -100,7 +100,12 @@ def trainable(spec):
     """What each trial of spec (a backend.RunSpec) runs: a synthetic benchmark's class Trainable,
     or train_function around the space's trainer (a function travels to the workers with it:
     by value when defined in a script or notebook, by name from an importable module)."""
+    from tuning.backend.replay import replay_trainable
+    from tuning.replay import is_replay
+
     space = spec.space
+    if is_replay(space.trainer):  # a finished run's recorded curves (tuning/replay.py)
+        return replay_trainable(spec)
     if isinstance(space.trainer, str) and space.trainer in BENCHMARKS:
         return tune.with_parameters(SyntheticBenchmark, benchmark=space.trainer, max_t=spec.max_epochs,
                                     seed=spec.seed)
