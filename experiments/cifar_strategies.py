@@ -1,4 +1,4 @@
-"""The CIFAR-10 trainer under all four strategies over the shared cifar_* parameter declaration."""
+"""The CIFAR-10 trainer under all five strategies over the shared cifar_* parameter declaration."""
 
 from tuning.compare import Experiment
 
