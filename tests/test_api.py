@@ -91,6 +91,16 @@ def test_best_is_the_full_budget_incumbent_not_the_best_last_value(ray_here, tmp
     assert result.record.best["trial_id"] == result.best.trial_id  # what warm start and the report read
 
 
+def test_tunes_own_keys_are_never_taken_for_a_trainers_metrics():
+    """results.TUNE_KEYS names every key Tune adds to a result (ray.tune.result's AUTO_RESULT_KEYS):
+    a Ray upgrade that adds one fails here instead of growing a metric column."""
+    from ray.tune.result import AUTO_RESULT_KEYS
+
+    from tuning.results import TUNE_KEYS
+
+    assert set(AUTO_RESULT_KEYS) <= TUNE_KEYS
+
+
 def test_incumbent_falls_back_to_the_furthest_budget_and_says_so():
     trials = pd.DataFrame({"trial_id": ["a", "b", "c", "d"], "score": [0.9, 0.5, 0.7, 0.99],
                            "epochs": [1, 2, 2, 2], "diverged": [False, False, False, True]})

@@ -22,7 +22,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
-import math
 import sys
 from typing import Callable
 
@@ -162,10 +161,6 @@ def _numel(v) -> int | None:
 
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def is_finite_number(v) -> bool:
-    return _is_number(v) and math.isfinite(v)
 
 
 def unsaveable(exc: Exception) -> str:
