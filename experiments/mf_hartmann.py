@@ -1,4 +1,4 @@
-"""Multi-fidelity Hartmann-6: all five strategies, 10 seeds, 100 full evaluations (27 iterations
+"""Multi-fidelity Hartmann-6: all six strategies, 10 seeds, 100 full evaluations (27 iterations
 each) per strategy run."""
 
 from tuning.compare import Experiment
@@ -7,7 +7,7 @@ EXPERIMENT = Experiment(
     space="mf_hartmann",
     budget=100,
     seeds=tuple(range(10)),
-    strategies=("grid", "random", "asha", "hyperband", "bohb"),
+    strategies=("grid", "random", "asha", "hyperband", "bohb", "tpe"),
     # Smoke budget 6: the first bracket (max_t 27) costs 3 full evaluations alone and about 4 while the
     # second worker fills rung waits from the next bracket.
     smoke={"budget": 6, "seeds": 2},

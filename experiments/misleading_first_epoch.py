@@ -1,5 +1,5 @@
 """Misleading first epoch, LCBench's seven continuous and integer parameters, whose first epoch's
-ranking is unrelated to the final one and third epoch's close to it: all five strategies, 10
+ranking is unrelated to the final one and third epoch's close to it: all six strategies, 10
 seeds, 100 full evaluations (27 iterations each) per strategy run."""
 
 from tuning.compare import Experiment
@@ -8,7 +8,7 @@ EXPERIMENT = Experiment(
     space="misleading_first_epoch",
     budget=100,
     seeds=tuple(range(10)),
-    strategies=("grid", "random", "asha", "hyperband", "bohb"),
+    strategies=("grid", "random", "asha", "hyperband", "bohb", "tpe"),
     # Smoke budget 6: as experiments/mf_hartmann (max_t 27).
     smoke={"budget": 6, "seeds": 2},
     description="Misleading first epoch: loss(t) = final + start * 0.13^(t - 1) over LCBench's space; "

@@ -1,5 +1,5 @@
 """Paired choices, six categorical parameters of 5 to 8 values whose best values interact: all
-five strategies, 10 seeds, 100 full evaluations (27 iterations each) per strategy run."""
+six strategies, 10 seeds, 100 full evaluations (27 iterations each) per strategy run."""
 
 from tuning.compare import Experiment
 
@@ -7,7 +7,7 @@ EXPERIMENT = Experiment(
     space="paired_choices",
     budget=100,  # full evaluations per run: 100 of 57,600 configurations at the full budget
     seeds=tuple(range(10)),
-    strategies=("grid", "random", "asha", "hyperband", "bohb"),
+    strategies=("grid", "random", "asha", "hyperband", "bohb", "tpe"),
     # Smoke budget 6: as experiments/mf_hartmann (max_t 27): the first bracket costs 3 full
     # evaluations alone and about 4 while the second worker fills rung waits from the next bracket.
     smoke={"budget": 6, "seeds": 2},

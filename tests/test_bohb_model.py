@@ -14,7 +14,7 @@ from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
 
 from tuning import benchmarks as B
 from tuning import spaces
-from tuning.backend.hyperband import VectorisedBOHB
+from tuning.backend.bohb import VectorisedBOHB
 
 BEST_LEADER = [int(np.argmin(losses)) for losses in B.LEADER_LOSS]
 OPTIMUM = {**{f"a{p}": a for p, a in enumerate(BEST_LEADER)},
@@ -76,7 +76,7 @@ def test_the_good_density_weighs_the_value_good_points_share_above_the_others():
 
 
 def test_the_categorical_kernel_is_a_distribution_over_the_parameters_values():
-    from tuning.backend.hyperband import MixedKDE
+    from tuning.backend.bohb import MixedKDE
 
     data = np.array([[0.2, 1], [0.4, 1], [0.6, 3]])
     kde = MixedKDE(data, np.array([0.1, 7.0]), np.array([0, 5]))
@@ -93,7 +93,7 @@ def test_the_categorical_kernel_is_a_distribution_over_the_parameters_values():
 def test_continuous_columns_are_statsmodels_kde_exactly():
     import statsmodels.api as sm
 
-    from tuning.backend.hyperband import MixedKDE
+    from tuning.backend.bohb import MixedKDE
 
     rng = np.random.default_rng(0)
     data = rng.random((20, 3))

@@ -111,18 +111,18 @@ def _spec(space, strategy, results_dir, **kw):
 
 @pytest.mark.slow  # make test-all; default suite: extending a random run
 def test_an_extended_bohb_proposes_from_the_model_fitted_on_earlier_results(ray_module, tmp_path, monkeypatch):
-    from tuning.backend import hyperband
+    from tuning.backend import bohb
 
     records, _ = backend.run(_spec("mf_hartmann", "bohb", tmp_path, num_samples=34))  # two bands: 18 at budget 1
     assert len(records) == 34  # paused trials keep the search open, but it makes no trial past its count
     seen = []
-    get_config = hyperband.VectorisedBOHB.get_config
+    get_config = bohb.VectorisedBOHB.get_config
 
     def spy(self, budget):
         seen.append({b: len(v) for b, v in self.losses.items() if b in self.kde_models})
         return get_config(self, budget)
 
-    monkeypatch.setattr(hyperband.VectorisedBOHB, "get_config", spy)
+    monkeypatch.setattr(bohb.VectorisedBOHB, "get_config", spy)
     got = {}
     records, _ = backend.run(_spec("mf_hartmann", "bohb", tmp_path, num_samples=34, resume=True, add_samples=4,
                                    on_search=lambda a, s: got.update(search=a)))

@@ -61,3 +61,14 @@ def ranked(*, lr, epochs, state=None, on_epoch, rank, world_size, device):
         total = torch.tensor([float(rank + 1)], device=device)
         dist.all_reduce(total)
         on_epoch({"score": lr, "ranks_sum": total.item(), "ranks": world_size}, {"epoch": e + 1})
+
+
+def branches(*, optimizer, lr, epochs, momentum=None, nesterov=None, width=8, state=None, on_epoch):
+    """A conditional space's trainer: momentum and nesterov exist under sgd only, and a value for
+    an inactive parameter (or a missing active one) is a bug it refuses, failing the trial."""
+    if (optimizer == "sgd") != (momentum is not None) or (optimizer == "sgd") != (nesterov is not None):
+        raise ValueError(f"optimizer {optimizer} with momentum {momentum} and nesterov {nesterov}")
+    best = 0.2 if optimizer == "sgd" else 0.5
+    for e in _epochs(state, epochs):
+        loss = abs(lr - best) + (0.1 * (1 - momentum) if momentum is not None else 0.05) + 1 / (e + 1) + 0.01 * width
+        on_epoch({"loss": loss}, {"epoch": e + 1})

@@ -37,7 +37,7 @@ DEFAULT_MAX_FAILURES = 2
 
 
 def smoke_sizes(strategy: str) -> dict:
-    return SMOKE_HYPERBAND if strategy in ("bohb", "hyperband") else SMOKE
+    return SMOKE_HYPERBAND if strategy in ("bohb", "hyperband", "tpe") else SMOKE
 
 
 def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space, str, None] = None, *,

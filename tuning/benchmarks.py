@@ -16,6 +16,10 @@ paused trial resumes without state, and a run is reproducible.
   interact (each follower's best value depends on its leader's), noise shrinking with t; optimum 0.
 - misleading first epoch: seven continuous and integer parameters over LCBench's space, whose
   first epoch ranks configurations by how fast they start, not by where they end; optimum 0.1.
+- conditional branches: a choice between three functions of 6 (with one nested condition), 2
+  and 1 parameters, each branch's parameters absent unless it is chosen; the branch with the best
+  optimum has the worst average and the one with the best average the worst optimum; noise
+  shrinking with t; optimum 0.
 """
 
 from __future__ import annotations
@@ -161,9 +165,87 @@ def misleading_first_epoch(config: dict, t: int, max_t: int, seed: int) -> float
     return float(loss)
 
 
+# Conditional branches. Positions in [0, 1] on each parameter's sampled scale, as lc_position.
+# Branch "a": where its loss is 0, what each categorical value costs (0 at a code at neither end),
+# the codes of a_c1 under which a_x3 exists, and what the other codes pay for lacking it.
+BRANCH_A_BEST = {"a_x0": 0.3, "a_x1": 0.64, "a_x2": 0.45, "a_x3": 0.7}
+BRANCH_A_C0_LOSS = (0.06, 0.0, 0.15, 0.03, 0.1)
+BRANCH_A_C1_LOSS = (0.12, 0.0, 0.05, 0.025, 0.08, 0.15)
+BRANCH_A_X3_UNDER = (0, 1, 2)  # a_x3 is declared with when={"branch": "a", "a_c1": [0, 1, 2]}
+BRANCH_A_NO_X3 = 0.04
+BRANCH_A_WEIGHT = 0.5  # per squared position of distance
+BRANCH_A_DIVERGES = 0.75  # a_x0 above this position diverges ...
+BRANCH_A_DIVERGED = 1.0  # ... to this loss, whatever the rest
+BRANCH_B_FLOOR, BRANCH_B_WEIGHT, BRANCH_B_BEST = 0.1, 1.0, {"b_x0": 0.35, "b_n": 16}
+BRANCH_C_FLOOR, BRANCH_C_WEIGHT, BRANCH_C_BEST = 0.2, 0.2, {"c_x0": 0.01}
+BRANCH_N_MAX = 256  # b_n is IntLogUniform(1, 256): position log2(b_n) / 8; 16 is at 0.5
+BRANCH_C_RANGE = (1e-3, 10.0)  # c_x0 is LogUniform over this range
+BRANCH_NOISE = 0.1  # the noise's standard deviation at t = 1, shrinking as PAIRED_NOISE's to 0 at max_t
+
+
+def _c_position(value: float) -> float:
+    low, high = BRANCH_C_RANGE
+    return float(np.log(value / low) / np.log(high / low))
+
+
+def conditional_branches(config: dict, t: int, max_t: int, seed: int) -> float:
+    """A choice of `branch` between three functions of different dimension, each with its own
+    parameters, which exist only under it (absent from the configuration otherwise, and never read
+    here: a missing active parameter raises KeyError, an inactive one passed anyway changes nothing).
+
+    What it models: choosing a model family and its hyperparameters together (CASH, Thornton et al.,
+    Auto-WEKA, KDD 2013), where the family whose random configurations do best on average is not
+    the one that ends best.
+    - "a", six parameters, one of them nested: a_x0..a_x2 in [0, 1], a_c0 of 5 and a_c1 of 6
+      categorical values (labels: the codes are not an order), and a_x3 in [0, 1] only under a_c1
+      in BRANCH_A_X3_UNDER (a regulariser with a strength, beside three without one, which pay
+      BRANCH_A_NO_X3). Loss BRANCH_A_WEIGHT x the squared distance from BRANCH_A_BEST plus each
+      categorical value's cost; a_x0 beyond BRANCH_A_DIVERGES diverges to BRANCH_A_DIVERGED, as
+      too large a learning rate does. Optimum 0; on average the worst branch (mean about 0.48).
+    - "b", two parameters (b_x0 in [0, 1], b_n an integer on a log scale): BRANCH_B_FLOOR plus a
+      bowl around BRANCH_B_BEST; easy to come close to, so its random configurations are the best
+      ones more often than a's, but its optimum is 0.1 (mean about 0.31).
+    - "c", one parameter (c_x0 on a log scale): a plateau, BRANCH_C_FLOOR plus at most 0.11: the
+      best average of the three (about 0.23), the worst optimum (0.2).
+    Random search's best of 100 (a third in each branch) is about 0.094: a strategy that settles on
+    the branch its samples favour ends at b's 0.1, only one that learns a within its conditions
+    does better. Fidelity: Gaussian noise as paired_choices' (BRANCH_NOISE at t = 1, 0 at max_t),
+    drawn from the active parameters alone. Optimum 0: branch "a" at BRANCH_A_BEST, a_c0 = a_c1 = 1,
+    exact at the full budget."""
+    branch = config["branch"]
+    if branch == "a":
+        names = ["a_x0", "a_x1", "a_x2", "a_c0", "a_c1"]
+        if int(config["a_c1"]) in BRANCH_A_X3_UNDER:
+            names.append("a_x3")
+        used = {k: config[k] for k in names}
+        if float(used["a_x0"]) > BRANCH_A_DIVERGES:
+            loss = BRANCH_A_DIVERGED
+        else:
+            distance = sum((float(used[k]) - best) ** 2 for k, best in BRANCH_A_BEST.items() if k in used)
+            loss = (BRANCH_A_WEIGHT * distance + BRANCH_A_C0_LOSS[int(used["a_c0"])]
+                    + BRANCH_A_C1_LOSS[int(used["a_c1"])] + (0.0 if "a_x3" in used else BRANCH_A_NO_X3))
+    elif branch == "b":
+        used = {k: config[k] for k in ("b_x0", "b_n")}
+        n_shift = np.log2(int(used["b_n"]) / BRANCH_B_BEST["b_n"]) / np.log2(BRANCH_N_MAX)  # in positions
+        x_shift = float(used["b_x0"]) - BRANCH_B_BEST["b_x0"]
+        loss = BRANCH_B_FLOOR + BRANCH_B_WEIGHT * (x_shift ** 2 + n_shift ** 2)
+    elif branch == "c":
+        used = {"c_x0": config["c_x0"]}
+        loss = BRANCH_C_FLOOR + BRANCH_C_WEIGHT * (_c_position(float(used["c_x0"]))
+                                                   - _c_position(BRANCH_C_BEST["c_x0"])) ** 2
+    else:
+        raise ValueError(f"conditional_branches: branch {branch!r} is none of 'a', 'b', 'c'")
+    if t < max_t:
+        shrink = (t ** -0.5 - max_t ** -0.5) / (1 - max_t ** -0.5)
+        loss += _rng({"branch": branch, **used}, t, seed).normal(0.0, BRANCH_NOISE * shrink)
+    return float(loss)
+
+
 BENCHMARKS = {
     "counting_ones": Benchmark(counting_ones, optimum=-16.0, regret="normalized_counting_ones", dims=16),
     "mf_hartmann": Benchmark(mf_hartmann6, optimum=HARTMANN6_OPTIMUM, regret="difference", dims=6),
     "paired_choices": Benchmark(paired_choices, optimum=0.0, regret="difference", dims=6),
     "misleading_first_epoch": Benchmark(misleading_first_epoch, optimum=LC_FLOOR, regret="difference", dims=7),
+    # dims: the parameters declared (a configuration holds at most 7: branch and a's six)
+    "conditional_branches": Benchmark(conditional_branches, optimum=0.0, regret="difference", dims=10),
 }

@@ -37,9 +37,13 @@ def _mismatch(space: spaces.Space, rec: records.RunRecord, rows: dict[str, list[
             return f"parameter {name!r} was declared {theirs[name]}, not as the space declares it now"
     for trial_rows in rows.values():
         for row in trial_rows[:1]:
+            config = row.get("config", {})
+            on = spaces.active(space, config)
             for name, p in space.params.items():
-                if not spaces.contains(p, row.get("config", {}).get(name)):
-                    return f"parameter {name!r} has value {row.get('config', {}).get(name)!r} outside the declaration"
+                if name in on and not spaces.contains(p, config.get(name)):
+                    return f"parameter {name!r} has value {config.get(name)!r} outside the declaration"
+                if name not in on and name in config:
+                    return f"parameter {name!r} is set where its conditions make it inactive"
     return None
 
 
@@ -80,7 +84,7 @@ def best_configs(runs: list[Run], space: spaces.Space, k: int) -> list[dict]:
             value = last.get(space.metric)
             if isinstance(value, (int, float)) and math.isfinite(value) and not last.get("diverged"):
                 key = results.rank_key(last.get("training_iteration", 0), value, rec.max_epochs, space.mode)
-                ranked.append((key, {p: last["config"][p] for p in space.params}))
+                ranked.append((key, {p: v for p, v in last["config"].items() if p in space.params}))
     ranked.sort(key=lambda t: t[0])
     out = []
     for _, config in ranked:

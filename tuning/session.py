@@ -251,11 +251,16 @@ def _best(trials, records: list[dict], space: spaces.Space, source, record: RunR
     row, note = results.incumbent(trials, space.metric, space.mode, record.max_epochs)
     if row is None:
         return None
+    # The trial's own config, not the table's row: an inactive parameter is absent there (the
+    # table has an empty cell), and an integer stays one in a column that has empty cells.
+    config = next((r["config"] for r in records if r["trial_id"] == row["trial_id"]), None)
+    config = {p: row[p] for p in space.params} if config is None else dict(config)
     if source is not None and tested:
-        row.update(_test_best(row, records, space, source, record.smoke.get("max_test")))
+        row.update(_test_best(row, records, space, source, record.smoke.get("max_test"),
+                              width=config.get("width", space.fixed.get("width", 16))))
     metrics = {k: row[k] for k in [*results.metric_keys(records, space.metric), "test_loss", "test_accuracy",
                                    "test_images"] if row.get(k) is not None}
-    best = Best(trial_id=row["trial_id"], config={p: row[p] for p in space.params}, metrics=metrics,
+    best = Best(trial_id=row["trial_id"], config=config, metrics=metrics,
                 epochs=int(row["epochs"]), note=note)
     record.best, record.best_note = row, note
     results.write_json(results_dir / "best_config.json", {
@@ -285,7 +290,7 @@ def _count(trials, column: str, value=True) -> int:
 
 
 def _test_best(best: dict, records: list[dict], space: spaces.Space, source: data.DataSource,
-               max_test: int | None) -> dict:
+               max_test: int | None, *, width: int) -> dict:
     """Test-set accuracy of the best trial's final model: measured once, for the best config only."""
     from tuning import trainer
 
@@ -301,5 +306,5 @@ def _test_best(best: dict, records: list[dict], space: spaces.Space, source: dat
     else:
         state = trainer.read_checkpoint(ckpt)
     test = data.load_test(source, max_test)
-    m = trainer.evaluate_test(state, test, width=space.fixed.get("width", 16))
+    m = trainer.evaluate_test(state, test, width=width)  # the trial's width, searched or fixed
     return {"test_loss": m["loss"], "test_accuracy": m["accuracy"], "test_images": len(test)}

@@ -21,13 +21,29 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
+from tuning import conditions
 from tuning.cli import TuningError
 
-STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb")
+# tpe: Optuna's TPE sampler under the same Hyperband brackets as hyperband and bohb, the model
+# users would otherwise leave for, so every comparison has it as a reference.
+STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "tpe")
 
 
 class SpaceError(TuningError):
     """A space is unknown or malformed; the message says what to change."""
+
+
+def _when(declaration) -> None:
+    """Every declaration's `when` (tuning.conditions): normalised to {parent: (values...)}."""
+    try:
+        object.__setattr__(declaration, "when", conditions.normalise(declaration.when))
+    except ValueError as exc:
+        raise SpaceError(f"{type(declaration).__name__}: {exc}") from None
+
+
+# when: active only where the named parameters take the given values (tuning/conditions.py).
+# Not hashed: a dict; declarations are compared, never used as keys.
+_WHEN = field(default=None, hash=False)
 
 
 @dataclass(frozen=True)
@@ -37,9 +53,11 @@ class _Range:
     low: float
     high: float
     grid: int = 3
+    when: dict | None = _WHEN
     positive = False  # whether low must be above 0 (a class setting, not a field)
 
     def __post_init__(self):
+        _when(self)
         kind = type(self).__name__
         if not (0 < self.low < self.high if self.positive else self.low < self.high):
             raise SpaceError(f"{kind} needs {'0 < ' if self.positive else ''}low < high, "
@@ -78,8 +96,10 @@ class IntUniform:
     low: int
     high: int
     grid: int | None = None
+    when: dict | None = _WHEN
 
     def __post_init__(self):
+        _when(self)
         if not self.low < self.high:
             raise SpaceError(f"IntUniform needs low < high, got low={self.low} high={self.high}")
 
@@ -90,13 +110,39 @@ class IntUniform:
 
 
 @dataclass(frozen=True)
+class IntLogUniform:
+    """Integer in [low, high], both included, sampled uniformly in log space: widths, depths, counts
+    whose doublings matter more than their steps. The grid is `grid` log-spaced values, rounded."""
+
+    low: int
+    high: int
+    grid: int = 4
+    when: dict | None = _WHEN
+
+    def __post_init__(self):
+        _when(self)
+        if not 0 < self.low < self.high:
+            raise SpaceError(f"IntLogUniform needs 0 < low < high, got low={self.low} high={self.high}")
+        if self.grid < 1:
+            raise SpaceError(f"IntLogUniform grid needs at least 1 point, got {self.grid}")
+
+    def grid_values(self) -> list[int]:
+        if self.grid == 1:
+            return [int(round(math.sqrt(self.low * self.high)))]
+        return sorted({int(round(v)) for v in np.geomspace(self.low, self.high, self.grid)})
+
+
+@dataclass(frozen=True)
 class Choice:
     """One of a fixed list of values; the grid is the whole list."""
 
     values: tuple
+    when: dict | None = _WHEN
 
-    def __init__(self, values):
+    def __init__(self, values, when=None):
         object.__setattr__(self, "values", tuple(values))
+        object.__setattr__(self, "when", when)
+        _when(self)
         if len(self.values) < 1:
             raise SpaceError("Choice needs at least one value")
         if len(set(self.values)) != len(self.values):
@@ -106,7 +152,9 @@ class Choice:
         return list(self.values)
 
 
-Param = Union[LogUniform, Uniform, IntUniform, Choice]
+Param = Union[LogUniform, Uniform, IntUniform, IntLogUniform, Choice]
+PARAM_TYPES = {c.__name__: c for c in (LogUniform, Uniform, IntUniform, IntLogUniform, Choice)}
+_NAMES = "LogUniform, Uniform, IntUniform, IntLogUniform or Choice"
 
 
 @dataclass(frozen=True)
@@ -145,13 +193,13 @@ class Space:
         for key, p in self.params.items():
             if type(p).__module__.startswith("ray.tune"):
                 raise SpaceError(
-                    f"parameter {key!r} is a Ray Tune distribution: declare it with LogUniform, Uniform, "
-                    "IntUniform or Choice from tuning.spaces, so grid, random and BOHB share it. "
+                    f"parameter {key!r} is a Ray Tune distribution: declare it with {_NAMES} "
+                    "from tuning.spaces, so grid, random and BOHB share it. "
                     "Quantised ones (q=...) are not offered: they break TuneBOHB with ConfigSpace 1.x "
                     "(Ray issue #46995); use IntUniform or Choice for discrete values")
-            if not isinstance(p, (LogUniform, Uniform, IntUniform, Choice)):
+            if not isinstance(p, tuple(PARAM_TYPES.values())):
                 raise SpaceError(f"parameter {key!r} is a {type(p).__name__}: declare it with "
-                                 "LogUniform, Uniform, IntUniform or Choice from tuning.spaces")
+                                 f"{_NAMES} from tuning.spaces")
         if not callable(self.trainer) and not isinstance(self.trainer, str):
             raise SpaceError(f"trainer must be a function, 'module:function', 'cifar' or a benchmark name, "
                              f"got {self.trainer!r}")
@@ -162,6 +210,9 @@ class Space:
         clash = set(self.params) & set(self.fixed)
         if clash:
             raise SpaceError(f"{sorted(clash)} are both searched and fixed: keep each in one place")
+        problem = conditions.problem(self.params, self.fixed, contains)
+        if problem:
+            raise SpaceError(problem)
 
     def replace(self, **changes) -> "Space":
         return dataclasses.replace(self, **changes)
@@ -222,6 +273,8 @@ def check_grid(space: Space, repeats: int) -> int:
     total = grid_size(space) * repeats
     if total > MAX_GRID_TRIALS:
         sizes = " x ".join(str(len(p.grid_values())) for p in space.params.values())
+        if conditions.is_conditional(space.params):
+            sizes = f"{grid_size(space):,} valid combinations of {sizes}"
         raise SpaceError(f"grid of {sizes} points x {repeats} repeats = {total:,} trials is too large to run "
                          f"(limit {MAX_GRID_TRIALS:,}): declare fewer grid points (grid=...) or use random search")
     return total
@@ -259,7 +312,7 @@ def contains(p: Param, value) -> bool:
         return value in p.values
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
-    if isinstance(p, IntUniform):
+    if isinstance(p, (IntUniform, IntLogUniform)):
         return float(value).is_integer() and p.low <= value <= p.high
     return p.low <= value <= p.high
 
@@ -270,7 +323,16 @@ def grid_points(space: Space) -> dict[str, list]:
 
 
 def grid_size(space: Space) -> int:
-    return math.prod(len(p.grid_values()) for p in space.params.values())
+    """How many configurations grid search runs: the valid combinations only (conditions.grid)."""
+    return conditions.grid_size(space.params, grid_points(space))
+
+
+def active(space: Space, config: dict) -> set[str]:
+    return conditions.active(space.params, config)
+
+
+def drop_inactive(space: Space, config: dict) -> dict:
+    return conditions.drop_inactive(space.params, config)
 
 
 def to_configspace(space: Space, seed: int | None = None):
@@ -283,24 +345,28 @@ def to_configspace(space: Space, seed: int | None = None):
             hp = CS.UniformFloatHyperparameter(k, lower=p.low, upper=p.high, log=True)
         elif isinstance(p, Uniform):
             hp = CS.UniformFloatHyperparameter(k, lower=p.low, upper=p.high)
-        elif isinstance(p, IntUniform):
-            hp = CS.UniformIntegerHyperparameter(k, lower=p.low, upper=p.high)
+        elif isinstance(p, (IntUniform, IntLogUniform)):
+            hp = CS.UniformIntegerHyperparameter(k, lower=p.low, upper=p.high, log=isinstance(p, IntLogUniform))
         else:
             hp = CS.CategoricalHyperparameter(k, choices=list(p.values))
         cs.add(hp)
+    for k, p in space.params.items():  # every parent exists now
+        tests = [CS.InCondition(cs[k], cs[parent], list(values)) if len(values) > 1 else
+                 CS.EqualsCondition(cs[k], cs[parent], values[0]) for parent, values in (p.when or {}).items()]
+        if tests:
+            cs.add(tests[0] if len(tests) == 1 else CS.AndConjunction(*tests))
     return cs
 
 
 # ---------------------------------------------------------------- as plain JSON (run.json)
 
-PARAM_TYPES = {c.__name__: c for c in (LogUniform, Uniform, IntUniform, Choice)}
-
-
 def declarations(space_or_params) -> dict:
     """Parameter declarations as plain JSON, so a run's record says what it searched even if the
     space file changes later."""
     params = space_or_params.params if isinstance(space_or_params, Space) else space_or_params
-    return {k: {"type": type(p).__name__, **dataclasses.asdict(p)} for k, p in params.items()}
+    return {k: {"type": type(p).__name__, **{f: v for f, v in dataclasses.asdict(p).items()
+                                             if not (f == "when" and v is None)}}
+            for k, p in params.items()}
 
 
 def from_declarations(decls: dict) -> dict[str, Param]:

@@ -24,9 +24,10 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
 from ray.tune.search import BasicVariantGenerator, SearchGenerator, Searcher
 from ray.tune.search.basic_variant import _TrialIterator
 
-from tuning import spaces
+from tuning import conditions, spaces
 from tuning.backend.budget import TimeGate
-from tuning.backend.hyperband import PaperBOHB, PaperHyperBand, PauseEveryResult
+from tuning.backend.bohb import PaperBOHB
+from tuning.backend.hyperband import PaperHyperBand, PauseEveryResult
 
 
 def to_tune(space: spaces.Space) -> dict:
@@ -39,6 +40,8 @@ def to_tune(space: spaces.Space) -> dict:
             return tune.uniform(p.low, p.high)
         if isinstance(p, spaces.IntUniform):
             return tune.randint(p.low, p.high + 1)  # Tune's upper bound is exclusive
+        if isinstance(p, spaces.IntLogUniform):
+            return tune.lograndint(p.low, p.high + 1)
         return tune.choice(list(p.values))
 
     return {k: one(p) for k, p in space.params.items()}
@@ -82,15 +85,26 @@ class RandomSearch(BasicVariantGenerator):
     (tuning.bench measures a pause and resume both ways). A paused trial is work to come. Tune
     ends the experiment when its trials are done and the search is finished, the same moment:
     nothing waits longer. (A trial paused while every other is finished still loses its process:
-    Tune marks it terminated before it decides.)"""
+    Tune marks it terminated before it decides.)
 
-    def __init__(self, *args, scheduler=None, more: int = 0, **kwargs):
+    `space`: with conditions, every parameter is drawn as usual and the inactive ones are dropped
+    before the trial exists (ConditionalTrials), which is conditional sampling: the active ones'
+    distribution is the same, and the random stream, resumes and extensions stay Tune's own."""
+
+    def __init__(self, *args, scheduler=None, more: int = 0, space: spaces.Space | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self._scheduler, self._more = scheduler, more
+        self._params = space.params if space is not None and conditions.is_conditional(space.params) else None
 
     def get_state(self):
         state = super().get_state()  # the generator's own state; not what this run adds to it
-        return state and {k: v for k, v in state.items() if k not in ("_scheduler", "_more")}
+        return state and {k: v for k, v in state.items() if k not in ("_scheduler", "_more", "_params")}
+
+    def add_configurations(self, experiments):
+        super().add_configurations(experiments)
+        if self._params is not None:
+            for iterator in self._iterators:
+                ConditionalTrials.adopt(iterator, self._params)
 
     def restore_from_dir(self, dirpath: str):
         super().restore_from_dir(dirpath)
@@ -99,6 +113,8 @@ class RandomSearch(BasicVariantGenerator):
         spec = self._iterators[-1].unresolved_spec
         more = _TrialIterator(uuid_prefix=self._uuid_prefix, num_samples=self._more, unresolved_spec=spec,
                               start=self._total_samples, random_state=self._random_state)
+        if self._params is not None:
+            ConditionalTrials.adopt(more, self._params)
         self._iterators.append(more)
         self._trial_generator = itertools.chain(self._trial_generator, more)
         self._total_samples += self._more
@@ -110,6 +126,28 @@ class RandomSearch(BasicVariantGenerator):
     def next_trial(self):
         # Whether to make another trial is the generator's own count, not is_finished above.
         return None if BasicVariantGenerator.is_finished(self) else super().next_trial()
+
+
+class ConditionalTrials(_TrialIterator):
+    """Tune's trial iterator, whose trials leave out the parameters their own values make inactive:
+    from the config, the evaluated parameters and the trial's name alike."""
+
+    params: dict
+
+    @classmethod
+    def adopt(cls, iterator: _TrialIterator, params: dict) -> None:
+        # Tune builds its iterators itself (add_configurations, and a restored search's pickle):
+        # they are taken over as they are, random stream and position included.
+        iterator.__class__, iterator.params = cls, params
+
+    def create_trial(self, resolved_vars, spec):
+        config = spec.get("config", {})
+        dropped = set(config) - set(conditions.drop_inactive(self.params, config))
+        if dropped:
+            spec = {**spec, "config": {k: v for k, v in config.items() if k not in dropped}}
+            resolved_vars = {path: v for path, v in resolved_vars.items()
+                             if not (len(path) == 2 and path[0] == "config" and path[1] in dropped)}
+        return super().create_trial(resolved_vars, spec)
 
 
 class SearcherSearch(SearchGenerator):
@@ -144,9 +182,14 @@ class LazyGrid(Searcher):
         super().__init__(metric=space.metric, mode=space.mode)
         self.grid = spaces.grid_points(space)
         self.size, self.index = spaces.grid_size(space), 0
+        # A conditional grid is its valid combinations, listed once (check_grid bounds how many).
+        self.points = list(conditions.grid(space.params, self.grid)) if conditions.is_conditional(space.params) \
+            else None
 
     def suggest(self, trial_id: str):
         i, self.index = self.index % self.size, self.index + 1
+        if self.points is not None:
+            return dict(self.points[i])
         config = {}
         for key, values in reversed(self.grid.items()):
             i, j = divmod(i, len(values))
@@ -177,21 +220,26 @@ def build(spec, budget=None):
         scheduler = Fifo() if strategy == "random" else Asha(
             metric=space.metric, mode=space.mode, max_t=spec.max_epochs,
             grace_period=min(space.grace_period, spec.max_epochs), reduction_factor=space.reduction_factor)
-        search = RandomSearch(random_state=seed, more=more, points_to_evaluate=spec.warm_points or None)
+        search = RandomSearch(random_state=seed, more=more, points_to_evaluate=spec.warm_points or None,
+                              space=space)
         config = to_tune(space)
-    elif strategy in ("hyperband", "bohb"):
+    elif strategy in ("hyperband", "bohb", "tpe"):
         model = None
+        if strategy == "tpe":
+            from tuning.backend import tpe
+
+            model = tpe.searcher(space, seed, spec.warm_points)
         if strategy == "bohb":
             np.random.seed(seed + spec.extension)  # HpBandSter draws its random fraction from numpy's global generator
             model = PaperBOHB(space=spaces.to_configspace(space, seed), metric=space.metric, mode=space.mode,
                               seed=seed)
             model.warm(spec.warm_rows)
         scheduler = HyperBand(time_attr="training_iteration", metric=space.metric, mode=space.mode,
-                                   max_t=spec.max_epochs, reduction_factor=space.reduction_factor,
-                                   observe=model.observe if model else None)
+                              max_t=spec.max_epochs, reduction_factor=space.reduction_factor,
+                              observe=model.observe if strategy == "bohb" else None)
         search = (SearcherSearch(model, scheduler=scheduler, more=more) if model else
                   RandomSearch(scheduler=scheduler, random_state=seed, more=more,
-                               points_to_evaluate=spec.warm_points or None))
+                               points_to_evaluate=spec.warm_points or None, space=space))
         config = {} if model else to_tune(space)
     else:
         raise spaces.SpaceError(f"strategy {strategy!r} unknown: use one of {', '.join(spaces.STRATEGIES)}")

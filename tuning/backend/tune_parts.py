@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Callable
 
 import pyarrow.fs
@@ -101,7 +102,19 @@ class Reporter(CLIReporter):
     trial's progress row, and every real error row.
 
     It sorts finished trials by the metric and raises TypeError on one without it (a trial the
-    run stopped before its first result, a trial that failed at once): the table goes unsorted then."""
+    run stopped before its first result, a trial that failed at once): the table goes unsorted then.
+
+    Its "Current best trial" line looks up every parameter column in the best trial's config and
+    raises KeyError where a conditional parameter is absent (the table itself shows it empty):
+    that line gets the trial as it is, with None for the parameters it does not have."""
+
+    def _current_best_trial(self, trials):
+        best, metric = super()._current_best_trial(trials)
+        config = (best.last_result or {}).get("config", {}) if best is not None else {}
+        if best is None or all(p in config for p in self._parameter_columns):
+            return best, metric
+        full = {**dict.fromkeys(self._parameter_columns), **config}
+        return SimpleNamespace(trial_id=best.trial_id, last_result={**best.last_result, "config": full}), metric
 
     def report(self, trials, done, *sys_info):
         for trial in trials:

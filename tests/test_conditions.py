@@ -1,0 +1,195 @@
+"""Conditional parameters (tuning/conditions.py): declarations refused when they cannot mean
+anything, grid over the valid combinations only, every strategy's trials without inactive
+parameters (a trainer that fails on one), BOHB's model on mixed active sets, and warm start and
+extension carrying absent values. Real Ray, real runs."""
+
+import itertools
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import tuning
+from tuning import conditions, growth, spaces
+from tuning.spaces import Choice, IntLogUniform, IntUniform, LogUniform, Space, SpaceError, Uniform
+
+TESTS = Path(__file__).resolve().parent
+
+
+def branch_params(grid=2):
+    return {
+        "optimizer": Choice(["adamw", "sgd"]),
+        "lr": Uniform(0.0, 1.0, grid=1),
+        "momentum": Uniform(0.8, 0.99, grid=grid, when={"optimizer": "sgd"}),
+        "nesterov": Choice([True, False], when={"optimizer": "sgd"}),
+        "width": IntLogUniform(4, 32, grid=2),
+    }
+
+
+def branch_space(**kw) -> Space:
+    return Space(**{**dict(params=branch_params(), trainer="user_trainers:branches", metric="loss", mode="min",
+                           num_samples=9, max_epochs=3, reduction_factor=3, gpus_per_trial=0), **kw})
+
+
+def valid(config: dict) -> bool:
+    sgd = config["optimizer"] == "sgd"
+    return all((k in config) == sgd for k in ("momentum", "nesterov")) and {"lr", "width"} <= set(config)
+
+
+# ---------------------------------------------------------------- declarations
+
+
+@pytest.mark.parametrize("params, fixed, needle", [
+    ({"x": Uniform(0, 1, when={"y": 1})}, {}, "'y', which is not a parameter"),
+    ({"y": Choice([1, 2]), "x": Uniform(0, 1, when={"y": 3})}, {}, "a value 'y' cannot take"),
+    ({"a": Choice([1, 2], when={"b": 1}), "b": Choice([1, 2], when={"a": 1})}, {}, "cycle (a -> b -> a)"),
+    ({"x": Uniform(0, 1, when={"w": 16})}, {"w": 16}, "which is fixed to 16"),
+    ({"lr": Uniform(0, 1), "x": Uniform(0, 1, when={"lr": 0.5})}, {}, "conditions test equality"),
+])
+def test_a_declaration_that_cannot_mean_anything_is_refused(params, fixed, needle):
+    with pytest.raises(SpaceError) as err:
+        Space(params=params, fixed=fixed, trainer="counting_ones")
+    assert needle in str(err.value) and "parameter 'x'" in str(err.value) or "parameter 'a'" in str(err.value)
+
+
+def test_a_bad_condition_in_a_space_file_exits_2_in_one_line(tmp_path, capsys):
+    from tuning import run
+
+    from cli_helpers import refused
+
+    file = tmp_path / "bad.py"
+    file.write_text("from tuning.spaces import Choice, Space, Uniform\n"
+                    "SPACE = Space(params={'optimizer': Choice(['adamw', 'sgd']),\n"
+                    "                      'momentum': Uniform(0.8, 0.99, when={'optimizer': 'rmsprop'})},\n"
+                    "              trainer='counting_ones')\n")
+    refused(capsys, run.main, ["--space", str(file), "--results-dir", str(tmp_path / "r")],
+            "parameter 'momentum'", "'rmsprop'", "['adamw', 'sgd']")
+    assert not (tmp_path / "r").exists()
+
+
+def test_conditions_survive_the_run_record():
+    space = branch_space()
+    back = spaces.from_json(json.loads(json.dumps(spaces.to_json(space))))
+    assert back == space and back.params["momentum"].when == {"optimizer": ("sgd",)}
+
+
+# ---------------------------------------------------------------- grid
+
+
+def test_grid_yields_exactly_the_valid_combinations():
+    params = {**branch_params(grid=3), "depth": IntUniform(1, 3, when={"optimizer": ["sgd", "adamw"]}),
+              "dampening": Choice([0.0, 0.5], when={"optimizer": "sgd", "nesterov": False})}
+    values = {k: p.grid_values() for k, p in params.items()}
+    # Brute force: every combination of the full product with inactive values blanked, deduplicated.
+    expected = set()
+    for combo in itertools.product(*values.values()):
+        config = dict(zip(values, combo))
+        kept = conditions.drop_inactive(params, config)
+        expected.add(tuple(sorted(kept.items(), key=lambda kv: kv[0])))
+    walked = [tuple(sorted(c.items(), key=lambda kv: kv[0])) for c in conditions.grid(params, values)]
+    assert len(walked) == len(set(walked)) == len(expected) == conditions.grid_size(params, values)
+    assert set(walked) == expected
+    # adamw: 1 lr x 2 widths x 3 depths; sgd: x 3 momenta x (nesterov: 1 + no nesterov: 2 dampenings)
+    assert len(walked) == 6 + 6 * 3 * 3
+
+
+def test_int_log_uniform():
+    p = IntLogUniform(8, 512, grid=4)
+    assert p.grid_values() == [8, 32, 128, 512]
+    assert spaces.contains(p, 100) and not spaces.contains(p, 100.5) and not spaces.contains(p, 600)
+    cs = spaces.to_configspace(Space(params={"w": p}, trainer="counting_ones"), seed=0)
+    draws = [cs.sample_configuration()["w"] for _ in range(400)]
+    assert all(8 <= d <= 512 and float(d).is_integer() for d in draws)
+    assert np.median(draws) < 100  # log-uniform: the median is near sqrt(8 * 512) = 64, not 260
+    with pytest.raises(SpaceError, match="0 < low < high"):
+        IntLogUniform(0, 8)
+
+
+# ---------------------------------------------------------------- BOHB's model
+
+
+def test_bohb_model_fits_mixed_active_sets_and_never_proposes_an_inactive_parameter():
+    from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
+
+    from tuning.backend.bohb import VectorisedBOHB
+
+    # The conditional parameter first: HpBandSter's imputation skipped column 0.
+    params = {"a_momentum": Uniform(0.0, 1.0, when={"optimizer": "sgd"}), "optimizer": Choice(["adamw", "sgd"]),
+              "lr": LogUniform(1e-4, 1e-1)}
+    cs = spaces.to_configspace(Space(params=params, trainer="counting_ones"), seed=0)
+    np.random.seed(0)
+    model = VectorisedBOHB(cs)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        c = dict(cs.sample_configuration())
+        loss = abs(np.log10(c["lr"]) + 2) + (c.get("a_momentum", 1.0) if c["optimizer"] == "sgd" else 0.5)
+        model.new_result(_BOHBJobWrapper(loss + 0.01 * rng.normal(), 1, c))
+    fitted = model.kde_models[1]
+    assert np.isfinite(fitted["good"].data).all() and np.isfinite(fitted["bad"].data).all()
+    proposals = [model.get_config(1) for _ in range(60)]
+    assert sum(info["model_based_pick"] for _, info in proposals) > 30
+    assert all(("a_momentum" in c) == (c["optimizer"] == "sgd") for c, _ in proposals)
+
+
+# ---------------------------------------------------------------- real runs
+
+
+@pytest.fixture(scope="module")
+def ray_here():
+    import ray
+
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), before or ""])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+    if before is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = before
+
+
+def test_grid_runs_each_valid_combination_once_with_empty_inactive_cells(ray_here, tmp_path):
+    result = tuning.search(None, branch_space(), strategy="grid", results_dir=tmp_path / "r")
+    assert result.status == "finished" and result.succeeded == len(result.trials) == 2 + 8
+    rows = pd.read_csv(tmp_path / "r" / "trials.csv", keep_default_na=False)
+    adamw = rows[rows["optimizer"] == "adamw"]
+    assert len(adamw) == 2 and (adamw["momentum"] == "").all() and (adamw["nesterov"] == "").all()
+    configs = _configs(result.trials)
+    assert all(valid(c) for c in configs)
+    assert len({json.dumps(c, sort_keys=True) for c in configs}) == 10
+
+
+@pytest.mark.parametrize("strategy", ["random", "asha", "hyperband", "bohb", "tpe"])
+def test_every_strategy_samples_inactive_parameters_as_absent(ray_here, tmp_path, strategy):
+    """user_trainers.branches fails a trial that gets momentum under adamw or lacks it under sgd."""
+    result = tuning.search(None, branch_space(num_samples=12), strategy=strategy, seed=3,
+                           results_dir=tmp_path / "r")
+    assert result.status == "finished" and result.succeeded == len(result.trials) >= 9
+    trials = result.trials
+    assert set(trials["optimizer"]) == {"adamw", "sgd"}
+    assert trials.loc[trials["optimizer"] == "adamw", "momentum"].isna().all()
+    assert trials.loc[trials["optimizer"] == "sgd", "momentum"].notna().all()
+    assert valid(result.best.config) and all(valid(c) for c in _configs(trials))
+
+
+def test_warm_start_and_extension_carry_absent_values(ray_here, tmp_path):
+    tuning.search(None, branch_space(num_samples=6), strategy="random", seed=0, results_dir=tmp_path / "a")
+    runs = growth.earlier_runs([str(tmp_path / "a")], branch_space())
+    best = growth.best_configs(runs, branch_space(), 3)
+    assert best and all(valid(c) for c in best)
+    warm = tuning.search(None, branch_space(num_samples=4), strategy="asha", seed=1, results_dir=tmp_path / "b",
+                         warm_start=[tmp_path / "a"], warm_start_top=3)
+    assert warm.succeeded == len(warm.trials) == 4
+    more = tuning.resume(tmp_path / "a", add_samples=3)
+    assert more.succeeded == len(more.trials) == 9
+    assert all(valid(c) for c in _configs(more.trials))
+
+
+def _configs(trials: pd.DataFrame) -> list[dict]:
+    names = list(branch_params())
+    return [{k: v for k, v in row.items() if k in names and not pd.isna(v)}
+            for row in trials[names].to_dict("records")]
