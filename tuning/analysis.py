@@ -215,7 +215,8 @@ def stopped_early(pr: pd.DataFrame, exp: dict, strategies: list[str]) -> list[st
 
 
 def best_configs(runs: pd.DataFrame, exp: dict, strategies: list[str], sign: int) -> pd.DataFrame:
-    """Per strategy, the full-fidelity row with the best metric over all its seeds."""
+    """Per strategy, the full-fidelity row with the best metric over all its seeds. A parameter
+    that configuration does not set (conditional, inactive) is "—"."""
     metric, rows = exp.get("metric", "loss"), []
     for s in strategies:
         ff = runs[(runs["strategy"] == s) & runs["full_fidelity"] & runs["value"].notna()]
@@ -223,7 +224,9 @@ def best_configs(runs: pd.DataFrame, exp: dict, strategies: list[str], sign: int
             continue
         r = ff.loc[(sign * ff["value"]).idxmin()]
         extra = ["accuracy"] if "accuracy" in runs.columns and pd.notna(r.get("accuracy")) else []
+        params = [p for p in exp.get("params", []) if p in runs.columns]
         rows.append({"strategy": s, "run": r["run_id"], "trial": r["trial_id"],
                      **({"regret": r["value"]} if exp.get("regret") else {}), metric: r[metric],
-                     **{k: r[k] for k in extra + [p for p in exp.get("params", []) if p in runs.columns]}})
+                     **{k: r[k] for k in extra},
+                     **{k: "—" if pd.isna(r[k]) or r[k] == "" else r[k] for k in params}})
     return pd.DataFrame(rows)

@@ -55,6 +55,25 @@ def resumed_epochs(value) -> list[int]:
     return [int(float(e)) for e in text.split(";") if e.strip()]
 
 
+def absent(values: pd.Series) -> pd.Series:
+    """Which cells hold no value: a conditional parameter its trial did not set (tuning.conditions).
+    CSV gives NaN, parquet and records None; a table read with keep_default_na=False, ""."""
+    return values.isna() | values.map(lambda v: isinstance(v, str) and not v.strip())
+
+
+def condition(decl) -> str:
+    """A declaration's `when` as words: "optimizer = sgd", "a in {1, 2} and b = x"; "" if it has none."""
+    return " and ".join(f"{k} = {v[0]}" if len(v) == 1 else f"{k} in {{{', '.join(map(str, v))}}}"
+                        for k, v in (getattr(decl, "when", None) or {}).items())
+
+
+def plotted(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """The trials the parameter figures draw: those with a final value, neither diverged nor failed."""
+    if trials.empty:
+        return trials
+    return trials[trials[metric].notna() & ~trials.apply(fate, axis=1).isin(["diverged", "failed"])]
+
+
 def png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
@@ -160,6 +179,9 @@ def best_so_far(epochs: pd.DataFrame, *, metric: str, mode: str, label: str, sta
     return fig
 
 
+LOG = (spaces.LogUniform, spaces.IntLogUniform)  # drawn on a log axis, as they are searched
+
+
 def _axis(ax, name: str, decl, values: pd.Series) -> pd.Series:
     """Set up the x axis for a parameter; returns the values as plotted (categories as positions)."""
     if isinstance(decl, spaces.Choice):
@@ -170,11 +192,17 @@ def _axis(ax, name: str, decl, values: pd.Series) -> pd.Series:
         jitter = np.random.default_rng(0).uniform(-0.12, 0.12, len(pos))  # seeded: reproducible
         return pos + jitter
     lo, hi = float(decl.low), float(decl.high)
-    if isinstance(decl, spaces.LogUniform):
+    if isinstance(decl, LOG):
         ax.set_xscale("log")
         name += " (log scale)"
         pad = (hi / lo) ** 0.03
         ax.set_xlim(lo / pad, hi * pad)
+        if isinstance(decl, spaces.IntLogUniform):  # widths, depths: 4, 8, 16, not 4x10^0
+            from matplotlib import ticker
+
+            ax.xaxis.set_major_locator(ticker.LogLocator(base=2))
+            ax.xaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            ax.xaxis.set_minor_locator(ticker.NullLocator())
     else:  # the declared range, a little wider: where the search did not look shows
         ax.set_xlim(lo - 0.03 * (hi - lo), hi + 0.03 * (hi - lo))
     ax.set_xlabel(name)
@@ -186,24 +214,29 @@ def params_vs_metric(trials: pd.DataFrame, declarations: dict, *, metric: str, l
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
 
-    fates = trials.apply(fate, axis=1) if len(trials) else pd.Series(dtype=str)
-    pts = trials[trials[metric].notna() & ~fates.isin(["diverged", "failed"])] if len(trials) else trials
+    pts = plotted(trials, metric)
     if pts.empty:
         return None
+    fates = trials.apply(fate, axis=1)
     names = list(declarations)
     cols = min(4, len(names))
     rows = math.ceil(len(names) / cols)
     height = 3.1 * rows + 1.2
-    fig = Figure(figsize=(3.6 * cols + 0.8, height))
+    fig = Figure(figsize=(3.6 * cols + 0.8, height))  # room for a panel's "set in n of N" title: hspace
     # Margins by hand: constrained layout took half the time of a live report with 16 panels.
     fig.subplots_adjust(left=0.8 / (3.6 * cols + 0.8), right=0.98, top=1 - 0.5 / height, bottom=1.0 / height,
                         hspace=0.4, wspace=0.08)
     axes = fig.subplots(rows, cols, sharey=True, squeeze=False).ravel()
     early = fates.loc[pts.index] != "full"
     for ax, name in zip(axes, names):
-        x = _axis(ax, name, declarations[name], pts[name])
-        ax.scatter(x[~early], pts.loc[~early, metric], marker="o", s=30, color="C0", edgecolors="k", linewidths=0.3)
-        ax.scatter(x[early], pts.loc[early, metric], marker="X", s=40, color="C1", edgecolors="k", linewidths=0.3)
+        on = ~absent(pts[name])  # a conditional parameter's panel shows the trials that set it
+        x = _axis(ax, name, declarations[name], pts.loc[on, name])
+        for sel, marker, colour, size in ((on & ~early, "o", "C0", 30), (on & early, "X", "C1", 40)):
+            ax.scatter(x[sel[on]], pts.loc[sel, metric], marker=marker, s=size, color=colour, edgecolors="k",
+                       linewidths=0.3)
+        if not on.all():
+            when = condition(declarations[name])
+            ax.set_title(f"set in {on.sum()} of {len(pts)} trials" + (f" ({when})" if when else ""), fontsize=8)
         ax.grid(True, alpha=0.3)
     for ax in axes[len(names):]:
         ax.set_visible(False)
@@ -218,14 +251,24 @@ def params_vs_metric(trials: pd.DataFrame, declarations: dict, *, metric: str, l
     return fig
 
 
+ABSENT = -0.22  # where a parallel-coordinates line crosses the axis of a parameter its trial did not set
+
+
 def _unit(decl, values: pd.Series) -> tuple[pd.Series, list[str]]:
-    """Values mapped onto [0, 1] for a parallel-coordinates axis, and the axis' end labels."""
+    """Values mapped onto [0, 1] for a parallel-coordinates axis, and the axis' end labels; an
+    absent value (a conditional parameter not set) at ABSENT, below the axis."""
+    gone = absent(values)
+    pos, ends = _scaled(decl, values.where(~gone))
+    return pos.where(~gone, ABSENT), ends
+
+
+def _scaled(decl, values: pd.Series) -> tuple[pd.Series, list[str]]:
     if isinstance(decl, spaces.Choice):
         order = [str(c) for c in decl.values]
         pos = values.map(lambda v: order.index(str(v)) if str(v) in order else np.nan)
         return pos / max(1, len(order) - 1), [order[0], order[-1]]
     lo, hi = float(decl.low), float(decl.high)
-    if isinstance(decl, spaces.LogUniform):
+    if isinstance(decl, LOG):
         return np.log(values.astype(float) / lo) / math.log(hi / lo), [f"{lo:g}", f"{hi:g} (log)"]
     return (values.astype(float) - lo) / (hi - lo), [f"{lo:g}", f"{hi:g}"]
 
@@ -235,13 +278,12 @@ def parallel_coordinates(trials: pd.DataFrame, declarations: dict, *, metric: st
     """Every trial as a line through its hyperparameters and its final metric."""
     from matplotlib.figure import Figure
 
-    if trials.empty:
-        return None
-    pts = trials[trials[metric].notna() & ~trials.apply(fate, axis=1).isin(["diverged", "failed"])]
+    pts = plotted(trials, metric)
     if pts.empty:
         return None
     names = list(declarations)
     unit = [_unit(declarations[n], pts[n]) for n in names]
+    gone = [int(absent(pts[n]).sum()) for n in names]
     m = pts[metric].astype(float)
     span = (m.max() - m.min()) or 1.0
     unit.append(((m - m.min()) / span, [f"{m.min():.4g}", f"{m.max():.4g}"]))
@@ -255,9 +297,13 @@ def parallel_coordinates(trials: pd.DataFrame, declarations: dict, *, metric: st
         ax.axvline(k, color="k", lw=0.8)
         ax.text(k, -0.04, low, ha="center", va="top", fontsize=8)
         ax.text(k, 1.04, high, ha="center", va="bottom", fontsize=8)
+    for k, n in enumerate(gone):  # a conditional parameter's trials that did not set it: a mark of its own
+        if n:
+            ax.plot([k], [ABSENT], ls="", marker="o", ms=9, mfc="white", mec="k", zorder=3)
+            ax.text(k + 0.08, ABSENT, f"absent ({n})", ha="left", va="center", fontsize=8)
     ax.set_xticks(range(len(unit)), [*names, f"final {metric}"], rotation=30, ha="right")
     ax.set_yticks([])
-    ax.set_ylim(-0.12, 1.12)
+    ax.set_ylim(ABSENT - 0.08 if any(gone) else -0.12, 1.12)
     for side in ("left", "right", "top", "bottom"):
         ax.spines[side].set_visible(False)
     fig.colorbar(sm, ax=ax, label=f"final {label} (bright: best)")
