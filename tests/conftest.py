@@ -38,3 +38,22 @@ def run_cli(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
     """`python -m tuning.run ...` in a real subprocess, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "tuning.run", *args], cwd=cwd or ROOT,
                           capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def ray_here():
+    """A local Ray whose workers import the test trainers (tests/ on their PYTHONPATH: Ray's
+    workers get the driver's cwd and script dir, not other sys.path entries): searches in a module
+    use it and leave it running."""
+    import ray
+
+    tests = str(Path(__file__).resolve().parent)
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([tests, before or ""])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+    if before is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = before

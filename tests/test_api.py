@@ -21,22 +21,6 @@ TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 
 
-@pytest.fixture(scope="module")
-def ray_here():
-    """A local Ray whose workers import the test trainers (tests/ on their PYTHONPATH): searches in
-    this module use it and leave it running."""
-    import ray
-
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), before or ""])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-    if before is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = before
-
 
 def score_space(**kw) -> Space:
     settings = dict(params={"lr": Uniform(0.0, 1.0, grid=3)}, trainer="user_trainers:scored", metric="score",

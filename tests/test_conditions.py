@@ -5,8 +5,6 @@ extension carrying absent values. Real Ray, real runs."""
 
 import itertools
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -15,8 +13,6 @@ import pytest
 import tuning
 from tuning import conditions, growth, spaces
 from tuning.spaces import Choice, IntLogUniform, IntUniform, LogUniform, Space, SpaceError, Uniform
-
-TESTS = Path(__file__).resolve().parent
 
 
 def branch_params(grid=2):
@@ -136,20 +132,6 @@ def test_bohb_model_fits_mixed_active_sets_and_never_proposes_an_inactive_parame
 
 # ---------------------------------------------------------------- real runs
 
-
-@pytest.fixture(scope="module")
-def ray_here():
-    import ray
-
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), before or ""])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-    if before is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = before
 
 
 def test_grid_runs_each_valid_combination_once_with_empty_inactive_cells(ray_here, tmp_path):

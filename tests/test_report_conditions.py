@@ -11,14 +11,14 @@ import pandas as pd
 import pytest
 
 import tuning
-from test_conditions import branch_space, ray_here  # noqa: F401  ray_here: a fixture, used below
+from test_conditions import branch_space
 from tuning import analysis, runplots, runreport
 
 SAID = "momentum and nesterov are set in 8 of these 10 trials (only when optimizer = sgd)"
 
 
 @pytest.fixture(scope="module")
-def branch_run(ray_here, tmp_path_factory):  # noqa: F811
+def branch_run(ray_here, tmp_path_factory):
     """Grid over the branch space: 2 trials under adamw, 8 under sgd, every one its full 3 epochs."""
     out = tmp_path_factory.mktemp("branches") / "r"
     result = tuning.search(None, branch_space(), strategy="grid", results_dir=out)
