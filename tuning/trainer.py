@@ -131,11 +131,14 @@ def make_model(width: int = 16, num_classes: int = 10) -> nn.Module:
     )
 
 
-def make_optimizer(name: str, params, *, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params, *, lr: float, weight_decay: float, momentum: float = 0.9,
+                   nesterov: bool = True) -> torch.optim.Optimizer:
+    """AdamW, or SGD with `momentum` and `nesterov`; AdamW ignores those two, so a space can
+    declare them only under SGD and leave them out of AdamW's configs."""
     if name == "adamw":
         return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    if name == "sgd":  # Nesterov momentum 0.9: the usual CIFAR recipe (wants lr ~10x AdamW's)
-        return torch.optim.SGD(params, lr=lr, momentum=0.9, nesterov=True, weight_decay=weight_decay)
+    if name == "sgd":  # Nesterov momentum 0.9 by default: the usual CIFAR recipe (wants lr ~10x AdamW's)
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay)
     raise ValueError(f"optimizer {name!r} unknown: use 'adamw' or 'sgd'")
 
 
@@ -246,7 +249,8 @@ EpochCallback = Callable[[dict, dict], None]
 
 def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: Split,
                 weight_decay: float = 5e-4, width: int = 16, seed: int = 0, optimizer: str = "adamw",
-                device: str | torch.device = "cpu", state: dict | None = None,
+                momentum: float = 0.9, nesterov: bool = True, label_smoothing: float = 0.0,
+                augment: bool = True, device: str | torch.device = "cpu", state: dict | None = None,
                 on_epoch: EpochCallback | None = None, rank: int = 0, world_size: int = 1,
                 precision: str = "auto") -> dict[str, float]:
     """Train for `epochs` epochs in all (a restored `state` counts its own), evaluating on `val`
@@ -254,14 +258,20 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
     under DDP it is called on rank 0 only. Returns the last epoch's metrics.
 
     `precision` (PRECISIONS): "bf16" runs forward and loss under bf16 autocast, "fp32" does not,
-    "auto" picks bf16 on CUDA. Either way weights, optimizer and checkpoints are fp32."""
+    "auto" picks bf16 on CUDA. Either way weights, optimizer and checkpoints are fp32.
+
+    `momentum` and `nesterov` are SGD's (make_optimizer). `label_smoothing` applies to the
+    training loss only: validation stays plain cross-entropy, so runs that smooth differently
+    report comparable losses. `augment=False` trains on the images as they are (no flip, no
+    translation)."""
     device = torch.device(device)
     dtype = autocast_dtype(precision, device)
     if batch_size % world_size:
         raise ValueError(f"batch_size {batch_size} does not split evenly over {world_size} ranks")
     local_batch = batch_size // world_size
-    model, net, opt, start = _model(width, optimizer, lr=lr, weight_decay=weight_decay, seed=seed, device=device,
-                                    state=state, epochs=epochs, world_size=world_size)
+    model, net, opt, start = _model(width, optimizer, lr=lr, weight_decay=weight_decay, momentum=momentum,
+                                    nesterov=nesterov, seed=seed, device=device, state=state, epochs=epochs,
+                                    world_size=world_size)
     check_input(train.x[:1])
     if device.type == "cuda":  # keep the whole split on the GPU, as airbench does: no per-batch copies
         train, val = Split(train.x.to(device), train.y.to(device)), Split(val.x.to(device), val.y.to(device))
@@ -275,7 +285,7 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
         order = _epoch_order(sampler, epoch, seed, len(train))
         t0 = time.perf_counter()
         loss_sum, seen = _train_epoch(net, opt, train, order, local_batch=local_batch, device=device, dtype=dtype,
-                                      world_size=world_size)
+                                      world_size=world_size, label_smoothing=label_smoothing, augmented=augment)
         t1 = time.perf_counter()
         if not math.isfinite(loss_sum):  # the summed loss is NaN/inf on every rank alike
             metrics = {"loss": math.nan, "accuracy": math.nan, "diverged": True, "epoch": epoch + 1,
@@ -296,13 +306,14 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
     return metrics
 
 
-def _model(width: int, optimizer: str, *, lr: float, weight_decay: float, seed: int, device: torch.device,
-           state: dict | None, epochs: int, world_size: int):
+def _model(width: int, optimizer: str, *, lr: float, weight_decay: float, momentum: float, nesterov: bool,
+           seed: int, device: torch.device, state: dict | None, epochs: int, world_size: int):
     """(model, net, optimizer, first epoch): the seeded model, restored from `state` if given, and
     `net`, the model as training steps it (wrapped in DDP when world_size > 1)."""
     torch.manual_seed(seed)
     model = make_model(width).to(device, memory_format=torch.channels_last)
-    opt = make_optimizer(optimizer, model.parameters(), lr=lr, weight_decay=weight_decay)
+    opt = make_optimizer(optimizer, model.parameters(), lr=lr, weight_decay=weight_decay, momentum=momentum,
+                         nesterov=nesterov)
     start = 0
     if state is not None:  # a checkpoint from any world size: the state is the unwrapped model's
         model.load_state_dict(state["model"])
@@ -331,18 +342,22 @@ def _epoch_order(sampler: DistributedSampler, epoch: int, seed: int, n: int):
 
 
 def _train_epoch(net: nn.Module, opt: torch.optim.Optimizer, train: Split, order, *, local_batch: int,
-                 device: torch.device, dtype, world_size: int) -> list[float]:
-    """One epoch of steps; [summed loss, images seen] over all ranks."""
+                 device: torch.device, dtype, world_size: int, label_smoothing: float = 0.0,
+                 augmented: bool = True) -> list[float]:
+    """One epoch of steps; [summed (smoothed) training loss, images seen] over all ranks."""
     mine, flips, shifts = order
     net.train()
     loss_sum, seen = 0.0, 0
     for i in range(0, len(mine) - local_batch + 1, local_batch):  # drop the ragged last batch
         idx = mine[i:i + local_batch]
         didx = idx.to(train.x.device)
-        x = _to_device(augment(train.x[didx], flips[idx].to(train.x.device), shifts[idx]), device)
+        x = train.x[didx]
+        if augmented:
+            x = augment(x, flips[idx].to(train.x.device), shifts[idx])
+        x = _to_device(x, device)
         y = train.y[didx].to(device, non_blocking=True)
         with autocast(dtype, device):
-            loss = F.cross_entropy(net(x), y)
+            loss = F.cross_entropy(net(x), y, label_smoothing=label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
