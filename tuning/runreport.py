@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from tuning import record as records
-from tuning import results, runplots, spaces
+from tuning import progress, results, runplots, spaces
 from tuning.analysis import ReportError
 from tuning.record import RunRecord
 from tuning.report import flatten, render_html, render_markdown
@@ -324,7 +324,7 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _header(plan: RunRecord, trials: pd.DataFrame, live: bool) -> list[tuple]:
+def _header(plan: RunRecord, trials: pd.DataFrame, live: bool, line: str | None = None) -> list[tuple]:
     b = [("h1", f"Tuning run: {plan.space or spaces.trainer_name(plan.trainer)} ({plan.strategy})")]
     data = plan.data or {}
     if data.get("kind") == "synthetic":
@@ -336,6 +336,8 @@ def _header(plan: RunRecord, trials: pd.DataFrame, live: bool) -> list[tuple]:
                             f"last written {now}."))
     else:
         b.append(("p", f"Status: {plan.status}; written {now}."))
+    if line:  # the run's last progress line (tuning/progress.py), as the terminal shows it
+        b.append(("p", line + ("" if line.endswith(".") else ".")))
     fates = trials.apply(runplots.fate, axis=1) if len(trials) else pd.Series(dtype=str)
     counts = ", ".join(f"{(fates == k).sum()} {text}" for k, (_, _, text) in runplots.FATES.items()
                        if (fates == k).any())
@@ -345,13 +347,13 @@ def _header(plan: RunRecord, trials: pd.DataFrame, live: bool) -> list[tuple]:
     return b
 
 
-def _blocks(trials, epochs, plan, decls, figures, imp, live: bool) -> list[tuple]:
+def _blocks(trials, epochs, plan, decls, figures, imp, live: bool, line: str | None = None) -> list[tuple]:
     params, metric, mode = list(decls), plan.metric, plan.mode
     label = _label(plan, metric)
     best, note = (plan.best, plan.best_note) if plan.status == "finished" else (None, "")
     if best is None and len(trials):
         best, note = results.incumbent(trials, metric, mode, plan.max_epochs)
-    b = _header(plan, trials, live)
+    b = _header(plan, trials, live, line)
     cifar = (plan.data or {}).get("kind") in ("cifar10", "synthetic")
     b += [("h2", "Best configuration"), *_best_block(best, decls, results.metric_columns(trials, params), note, cifar)]
     b += [("h2", "Learning curves")]
@@ -415,7 +417,7 @@ def write_report(run_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame, plan
     figures = _figures(run_dir, trials, epochs, plan, decls)
     imp = importance(trials, decls, metric=metric, mode=mode, max_epochs=plan.max_epochs,
                      seed=plan.seed or 0, epochs=epochs)
-    blocks = _blocks(trials, epochs, plan, decls, figures, imp, live)
+    blocks = _blocks(trials, epochs, plan, decls, figures, imp, live, progress.read_line(run_dir))
     md, page = run_dir / "report.md", run_dir / "report.html"
     results.write_text(md, render_markdown(blocks))
     head = _live_head(run_dir, time.time()) if live else ""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
+from tuning import progress as progress_math
 from tuning import results, spaces
 from tuning.backend.cluster import (ClusterError, cluster_info, quiet_ray_logging, start_ray, stop_ray,  # noqa: F401
                                     worker_import_error)
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # tuning.data imports torch: a trial of a synthetic benchmark
     from tuning.data import DataSource
 
 log = logging.getLogger(__name__)
+say = logging.getLogger("tuning.progress")  # lines for the user: tuning.run prints them to stdout
 
 ROWS_FILE = results.ROWS_FILE  # in the results dir: what the tables are built from
 EXPERIMENT_NAME = "tune"  # Ray's experiment folder inside the results dir
@@ -144,6 +146,9 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
                         and os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0") == "0")
     storage, name = experiment_location(spec.results_dir, spec.storage_path)
     progress = [parts.Progress(spec.rows_file, spec.progress_every_s, spec.on_progress)] if spec.on_progress else []
+    planned = planned_epochs(spec)
+    if spec.progress:
+        say.info("Planned: %d epochs in all (%s, %s)", planned, spec.strategy, _plan_words(spec))
     row_log = parts.RowLog(spec.rows_file)
     analysis = parts.raising_write_errors(tune.run, row_log)(
         trainables.trainable(spec),
@@ -155,7 +160,8 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
         scheduler=scheduler,
         stop=parts.stopper(spec.max_epochs, spec.budget_iterations),
         resources_per_trial={"cpu": spec.cpus_per_trial, "gpu": spec.gpus_per_trial},
-        progress_reporter=parts.reporter(space, spec.progress_every_s) if spec.progress else None,
+        progress_reporter=parts.reporter(space, spec.progress_every_s, planned=planned,
+                                         results_dir=spec.results_dir) if spec.progress else None,
         verbose=1 if spec.progress else 0,
         # Without reuse every trial starts a fresh Python process and imports torch again.
         reuse_actors=True,
@@ -197,6 +203,24 @@ def _set_tune_switches(snapshot_every_step: bool) -> None:
         os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = "0"
     else:
         os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
+
+
+def planned_epochs(spec: RunSpec) -> int:
+    """The run's planned total in epochs (tuning/progress.py): what the progress line counts to."""
+    return progress_math.planned_epochs(spec.strategy, trials=_num_samples(spec) if spec.strategy == "grid" else
+                                        spec.num_samples, max_epochs=spec.max_epochs,
+                                        grace_period=spec.space.grace_period,
+                                        reduction_factor=spec.space.reduction_factor)
+
+
+def _plan_words(spec: RunSpec) -> str:
+    trials = _num_samples(spec) if spec.strategy == "grid" else spec.num_samples
+    if spec.strategy in ("grid", "random"):
+        return f"{trials} trials x {spec.max_epochs} epochs"
+    if spec.strategy == "asha":
+        return (f"{trials} trials, rungs from {min(spec.space.grace_period, spec.max_epochs)} to {spec.max_epochs} "
+                f"epochs halved by {spec.space.reduction_factor}")
+    return f"{trials} trials in Hyperband brackets up to {spec.max_epochs} epochs, eta {spec.space.reduction_factor}"
 
 
 def _num_samples(spec: RunSpec) -> int:

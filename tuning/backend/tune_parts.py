@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from ray.tune import Callback, CLIReporter
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 from ray.tune.stopper import CombinedStopper, MaximumIterationStopper, Stopper
 
-from tuning import results, spaces
+from tuning import progress, results, spaces
 from tuning.benchmarks import BENCHMARKS
 
 log = logging.getLogger(__name__)
@@ -116,25 +117,77 @@ class Reporter(CLIReporter):
         full = {**dict.fromkeys(self._parameter_columns), **config}
         return SimpleNamespace(trial_id=best.trial_id, last_result={**best.last_result, "config": full}), metric
 
+    def setup_progress(self, planned: int, results_dir: Path | None) -> None:
+        """Each table is followed by a progress line (tuning/progress.py) over `planned` epochs,
+        also written to results_dir/progress.json for the live report; an interactive terminal
+        also gets a progress bar, updated at every step."""
+        self._planned, self._progress_file = planned, results_dir and results_dir / progress.PROGRESS_FILE
+        self._started, self._at_start, self._at_once, self._early = time.monotonic(), None, 1, None
+        self._bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=planned, unit="epoch", desc="tuning", file=sys.stderr, leave=False)
+
+    def should_report(self, trials, done=False):
+        if getattr(self, "_bar", None) is not None:
+            self._bar.n = min(_epochs_done(trials), self._bar.total)
+            self._bar.refresh()
+        return super().should_report(trials, done)
+
     def report(self, trials, done, *sys_info):
         for trial in trials:
             if trial.storage.trial_dir_name is None:
                 trial.init_local_path()
         self._sort_by_metric = all(self._metric in (t.last_result or {}) for t in trials if t.status == "TERMINATED")
         super().report(trials, done, *sys_info)
+        if getattr(self, "_planned", None) is not None:
+            self._progress(trials, done)
+
+    def _progress(self, trials, done: bool) -> None:
+        done_now = _epochs_done(trials)
+        if self._at_start is None:  # a resume's earlier epochs: this segment's clock never saw them
+            self._at_start = done_now if done_now < self._planned else 0
+        self._at_once = max(self._at_once, sum(t.status == "RUNNING" for t in trials))
+        results = [t.last_result for t in trials if (t.last_result or {}).get("training_iteration")]
+        per_epoch = [r["time_total_s"] / r["training_iteration"] for r in results if r.get("time_total_s")]
+        values = [t.metric_analysis[self._metric][self._mode] for t in trials if self._metric in t.metric_analysis]
+        best = (min if self._mode == "min" else max)(values) if values else None
+        est = progress.estimate(done=done_now, done_at_start=self._at_start, planned=self._planned,
+                                elapsed_s=time.monotonic() - self._started, epoch_s=per_epoch,
+                                at_once=self._at_once, best=best)
+        if self._early is None and est.left_s is not None and done_now >= 0.1 * self._planned:
+            self._early = est.elapsed_s + est.left_s  # the estimate the run is judged by at the end
+        line = est.line(self._metric, finished=done)
+        if done and self._early is not None:
+            line += f" (estimated after the first 10 % of the run: {progress.duration(self._early)})"
+        print(line, flush=True)
+        if self._progress_file is not None:
+            progress.write(self._progress_file, est, line, finished=done)
+        if done and self._bar is not None:
+            self._bar.close()
 
 
-def reporter(space: spaces.Space, every_s: float = 30) -> Reporter:
-    """The progress table of a run of `space`, sorted by its metric."""
+def _epochs_done(trials) -> int:
+    return sum((t.last_result or {}).get("training_iteration", 0) for t in trials)
+
+
+def reporter(space: spaces.Space, every_s: float = 30, *, planned: int | None = None,
+             results_dir: Path | None = None) -> Reporter:
+    """The progress table of a run of `space`, sorted by its metric; with `planned` (epochs), a
+    progress line and ETA after each table (Reporter.setup_progress)."""
     # A table at the first step, then at most every every_s (Tune's default, 5 s, buries a CIFAR
     # run's output in full tables), and the final one: a short run still shows start and end.
     # The table is asked for outright: left to Tune, it depends on the verbosity the previous
     # tune.run of the process left behind, and a second run in one process printed none.
     # Tune shows only the columns some trial has reported.
     columns = [*dict.fromkeys([space.metric, "loss", "accuracy"]), "training_iteration"]
-    return Reporter(metric_columns=columns, parameter_columns=list(space.params), metric=space.metric,
-                    mode=space.mode, sort_by_metric=True, max_report_frequency=every_s,
-                    print_intermediate_tables=True)
+    table = Reporter(metric_columns=columns, parameter_columns=list(space.params), metric=space.metric,
+                     mode=space.mode, sort_by_metric=True, max_report_frequency=every_s,
+                     print_intermediate_tables=True)
+    if planned is not None:
+        table.setup_progress(planned, results_dir)
+    return table
 
 
 def tune_loggers() -> list:

@@ -1,0 +1,130 @@
+"""How much of a run is done and how long the rest will take: the run's planned total in epochs,
+worked out from its strategy's arithmetic, and an estimate of the time left from the epochs
+measured so far. Plain data: tuning.backend feeds it Tune's trials, and the CLI, the live report
+and the summary print what it returns.
+
+The planned total is what the strategy will train if every trial runs as planned:
+- grid and random: every trial its full budget;
+- ASHA: successive halving's expected cost, n trials at the first rung and 1/rf of them promoted
+  at each next one (ASHA promotes asynchronously, so a run can differ a little either way);
+- Hyperband, BOHB and tpe: the brackets the trials fill, each with its own rungs, exactly as
+  tuning/backend/hyperband.py opens them (largest bracket first, band after band).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuning import atomic
+
+
+def rungs(first: float, max_t: int, rf: int) -> list[int]:
+    """Epochs at which a successive-halving trial is judged: first, first*rf, ..., up to max_t."""
+    out, r = [], float(first)
+    while r < max_t - 1e-9:
+        out.append(max(1, int(round(r))))
+        r *= rf
+    return sorted(set(out + [max_t]))
+
+
+def halving_epochs(n: float, points: list[int], rf: int) -> float:
+    """Epochs trained by n trials started together and halved by rf at each of `points`."""
+    total, before, alive = 0.0, 0, float(n)
+    for r in points:
+        total += alive * (r - before)
+        before, alive = r, alive / rf
+    return total
+
+
+def hyperband_brackets(max_t: int, eta: int) -> list[tuple[int, int]]:
+    """(n0, r0) of one band's brackets, largest first, as Ray sizes them and PaperHyperBand opens
+    them: n0 = ceil(s_max_1 / (s + 1) * eta^s), r0 = int(max_t * eta^-s)."""
+    s_max_1 = int(round(math.log(max_t) / math.log(eta))) + 1
+    return [(math.ceil(s_max_1 / (s + 1) * eta ** s), int(max_t * eta ** -s)) for s in range(s_max_1 - 1, -1, -1)]
+
+
+def bracket_epochs(n: int, r0: int, max_t: int, eta: int) -> int:
+    """Epochs one bracket of n trials trains: all to r0, then ceil(n / eta) of them eta times as
+    far, and so on up to max_t (Ray's _Bracket.successive_halving)."""
+    total, before, r = 0, 0, max(1, r0)
+    while True:
+        total += n * (r - before)
+        if r >= max_t:
+            return total
+        before, n, r = r, math.ceil(n / eta), min(r * eta, max_t)
+
+
+def planned_epochs(strategy: str, *, trials: int, max_epochs: int, grace_period: int = 1,
+                   reduction_factor: int = 2) -> int:
+    """The run's planned total in epochs (module docstring). `trials`: for grid, the grid's points
+    times its repeats; otherwise the number of samples."""
+    if strategy in ("grid", "random"):
+        return trials * max_epochs
+    if strategy == "asha":
+        first = min(grace_period, max_epochs)
+        return int(round(halving_epochs(trials, rungs(first, max_epochs, reduction_factor), reduction_factor)))
+    total, left = 0, trials
+    while left > 0:  # band after band until the trials run out; the last bracket may be partial
+        for n0, r0 in hyperband_brackets(max_epochs, reduction_factor):
+            total += bracket_epochs(min(n0, left), r0, max_epochs, reduction_factor)
+            left -= n0
+            if left <= 0:
+                break
+    return total
+
+
+@dataclass
+class Estimate:
+    done: int  # epochs trained so far, this run in all (earlier segments included)
+    planned: int
+    elapsed_s: float  # this segment's wall time
+    left_s: float | None  # None until the first epochs of this segment are in
+    best: float | None
+
+    def line(self, metric: str, finished: bool = False) -> str:
+        best = "" if self.best is None else f", best {metric} {self.best:.4g}"
+        if finished:
+            return f"Ended after {duration(self.elapsed_s)}: {self.done} epochs of {self.planned} planned{best}"
+        share = 100 * self.done / self.planned if self.planned else 0.0
+        left = "estimating" if self.left_s is None else f"about {duration(self.left_s)} left"
+        return (f"Progress: {self.done}/{self.planned} epochs ({share:.0f} %), {duration(self.elapsed_s)} "
+                f"elapsed, {left}{best}")
+
+
+def estimate(*, done: int, done_at_start: int, planned: int, elapsed_s: float, epoch_s: list[float],
+             at_once: int, best: float | None) -> Estimate:
+    """The time left: the epochs still planned times the mean measured epoch time, divided by the
+    trials that ran at once. `done_at_start`: the epochs an earlier segment had trained (a resume),
+    which this segment's clock did not see."""
+    left_s = None
+    if epoch_s and done > done_at_start:
+        left_s = max(0, planned - done) * (sum(epoch_s) / len(epoch_s)) / max(1, at_once)
+    return Estimate(done=done, planned=max(planned, done), elapsed_s=elapsed_s, left_s=left_s, best=best)
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h} h {m:02d} min" if h else f"{m} min {s:02d} s" if m else f"{s} s"
+
+
+PROGRESS_FILE = "progress.json"  # in the results dir: the last progress line, for the live report
+
+
+def write(path: Path, est: Estimate, line: str, *, finished: bool) -> None:
+    """The progress line and its numbers, replaced atomically (the live report reads it)."""
+    data = {**dataclasses.asdict(est), "line": line, "finished": finished}
+    atomic.write_atomically(path, lambda p: p.write_text(json.dumps(data, indent=1) + "\n"))
+
+
+def read_line(results_dir) -> str | None:
+    """The last progress line a run wrote, if any."""
+    try:
+        return json.loads((Path(results_dir) / PROGRESS_FILE).read_text())["line"]
+    except (OSError, ValueError, KeyError):
+        return None
