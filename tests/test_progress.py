@@ -3,6 +3,7 @@
 the end its early estimate beside the time it took; the live report carries the same line."""
 
 import json
+import os
 
 import pandas as pd
 import pytest
@@ -28,8 +29,11 @@ def test_planned_totals_follow_each_strategys_arithmetic():
 def test_a_synchronous_strategy_trains_exactly_its_planned_total(ray_2cpus, tmp_path, strategy, samples):
     """Hyperband's brackets (and random's full budgets) are deterministic: the epochs trained are
     the plan, to the epoch, including a partial last bracket."""
+    env = dict(os.environ)
     result = tuning.search(None, "counting_ones", strategy=strategy, num_samples=samples, max_epochs=9,
                            seed=0, results_dir=tmp_path / "r")
+    assert {k: v for k, v in os.environ.items() if k.startswith(("TUNE_", "RAY_AIR"))} == \
+        {k: v for k, v in env.items() if k.startswith(("TUNE_", "RAY_AIR"))}  # Tune's switches put back
     trained = int(pd.read_csv(tmp_path / "r" / "trials.csv")["epochs"].sum())
     space = tuning.spaces.load("counting_ones")
     assert trained == progress.planned_epochs(strategy, trials=samples, max_epochs=9,
@@ -52,3 +56,15 @@ def test_the_cli_prints_the_plan_lines_and_the_early_estimate(tmp_path):
     last = [line for line in out.splitlines() if line.startswith("Ended after")]
     assert len(last) == 1 and "54 epochs of 54 planned" in last[0]
     assert "estimated after the first 10 % of the run" in last[0]
+
+
+def test_tunes_switches_are_set_for_the_run_and_a_users_own_value_kept(monkeypatch):
+    from tuning.backend import tune_switches
+
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "7")  # the user's
+    monkeypatch.delenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", raising=False)
+    with tune_switches(snapshot_every_step=True):
+        assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "7"
+        assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"
+    assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "7"
+    assert "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS" not in os.environ

@@ -9,6 +9,7 @@ never touch Ray objects.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -138,7 +139,6 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     config, search_alg, scheduler = strategies.build(spec, budget)
     if spec.resume and hasattr(scheduler, "rebuild"):  # Tune saves no scheduler state: ASHA's rungs
         log.info("ASHA's rungs rebuilt from %d earlier results", scheduler.rebuild(results.read_rows(spec.rows_file)))
-    _set_tune_switches(spec.snapshot_every_step)
     # Ctrl-C: tune.run catches the first SIGINT, saves the experiment and returns; its handler
     # puts back the one it found, which is how we can tell afterwards that the run was cut short.
     before = signal.getsignal(signal.SIGINT)
@@ -150,29 +150,30 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     if spec.progress:
         say.info("Planned: %d epochs in all (%s, %s)", planned, spec.strategy, _plan_words(spec))
     row_log = parts.RowLog(spec.rows_file)
-    analysis = parts.raising_write_errors(tune.run, row_log)(
-        trainables.trainable(spec),
-        name=name,
-        storage_path=storage,
-        config=config,
-        num_samples=_num_samples(spec),
-        search_alg=search_alg,
-        scheduler=scheduler,
-        stop=parts.stopper(spec.max_epochs, spec.budget_iterations),
-        resources_per_trial={"cpu": spec.cpus_per_trial, "gpu": spec.gpus_per_trial},
-        progress_reporter=parts.reporter(space, spec.progress_every_s, planned=planned,
-                                         results_dir=spec.results_dir) if spec.progress else None,
-        verbose=1 if spec.progress else 0,
-        # Without reuse every trial starts a fresh Python process and imports torch again.
-        reuse_actors=True,
-        checkpoint_config=CheckpointConfig(num_to_keep=2),
-        trial_dirname_creator=_trial_dirname,
-        raise_on_failed_trial=False,
-        max_failures=spec.max_failures,
-        resume=True if spec.resume else None,
-        callbacks=[row_log, *(parts.tune_loggers() if spec.tune_logs else []), *progress, *spec.callbacks,
-                   *([time_budget.StopWhenSpent(budget)] if budget else [])],
-    )
+    with tune_switches(spec.snapshot_every_step):
+        analysis = parts.raising_write_errors(tune.run, row_log)(
+            trainables.trainable(spec),
+            name=name,
+            storage_path=storage,
+            config=config,
+            num_samples=_num_samples(spec),
+            search_alg=search_alg,
+            scheduler=scheduler,
+            stop=parts.stopper(spec.max_epochs, spec.budget_iterations),
+            resources_per_trial={"cpu": spec.cpus_per_trial, "gpu": spec.gpus_per_trial},
+            progress_reporter=parts.reporter(space, spec.progress_every_s, planned=planned,
+                                             results_dir=spec.results_dir) if spec.progress else None,
+            verbose=1 if spec.progress else 0,
+            # Without reuse every trial starts a fresh Python process and imports torch again.
+            reuse_actors=True,
+            checkpoint_config=CheckpointConfig(num_to_keep=2),
+            trial_dirname_creator=_trial_dirname,
+            raise_on_failed_trial=False,
+            max_failures=spec.max_failures,
+            resume=True if spec.resume else None,
+            callbacks=[row_log, *(parts.tune_loggers() if spec.tune_logs else []), *progress, *spec.callbacks,
+                       *([time_budget.StopWhenSpent(budget)] if budget else [])],
+        )
     for p in progress:
         p.wait()  # a live report being written finishes before the final one
     if budget is not None:
@@ -185,24 +186,39 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     return [parts.trial_record(t, rows.get(t.trial_id, [])) for t in analysis.trials], interrupted
 
 
-def _set_tune_switches(snapshot_every_step: bool) -> None:
-    """Tune's switches, read from the environment by tune.run on the driver: set just before it.
-    Not at import, so importing the package changes nothing for whoever imports it."""
-    # tune.run's default output engine ignores a passed CLIReporter (Ray 2.60); the old one prints it.
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    # num_to_keep forces an experiment snapshot after checkpoints; its "may become a bottleneck"
-    # warning fires every few epochs of a fast trial and buries the table. The snapshot is tiny.
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    # Tune's per-trial loggers (result.json, progress.csv, TensorBoard) stay off: they live in a
-    # staging folder that every experiment snapshot copies to storage whole, so with a snapshot per
-    # step that copy never stopped, and 100 trials of 0.5 s took several times their ideal time
-    # (tuning.bench, overhead). The rows go to one results.jsonl instead, written as they arrive;
-    # RunSpec.tune_logs (tuning.run --tune-logs) brings the loggers back, at that cost.
-    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-    if snapshot_every_step:
-        os.environ["TUNE_GLOBAL_CHECKPOINT_S"] = "0"
-    else:
-        os.environ.pop("TUNE_GLOBAL_CHECKPOINT_S", None)
+@contextlib.contextmanager
+def tune_switches(snapshot_every_step: bool):
+    """Tune's switches, read from the environment by tune.run on the driver: set for the run and
+    put back as they were afterwards, so that importing or calling tuning leaves the process's
+    environment unchanged. A value the user set is theirs and is kept (docs/troubleshooting.md)."""
+    wanted = {
+        # tune.run's default output engine ignores a passed CLIReporter (Ray 2.60); the old one prints it.
+        "RAY_AIR_NEW_OUTPUT": "0",
+        # num_to_keep forces an experiment snapshot after checkpoints; its "may become a bottleneck"
+        # warning fires every few epochs of a fast trial and buries the table. The snapshot is tiny.
+        "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S": "0",
+        # Tune's per-trial loggers (result.json, progress.csv, TensorBoard) stay off: they live in a
+        # staging folder that every experiment snapshot copies to storage whole, so with a snapshot per
+        # step that copy never stopped, and 100 trials of 0.5 s took several times their ideal time
+        # (tuning.bench, overhead). The rows go to one results.jsonl instead, written as they arrive;
+        # RunSpec.tune_logs (tuning.run --tune-logs) brings the loggers back, at that cost.
+        "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
+        # A snapshot after every step, so a crash loses at most one (tuning.run); comparisons, rerun
+        # rather than resumed, keep Tune's adaptive period.
+        "TUNE_GLOBAL_CHECKPOINT_S": "0" if snapshot_every_step else None,
+    }
+    before = {k: os.environ.get(k) for k in wanted}
+    for k, v in wanted.items():
+        if before[k] is None and v is not None:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def planned_epochs(spec: RunSpec) -> int:
