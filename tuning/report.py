@@ -9,9 +9,6 @@ results dir (run.json, trials.csv), tuning.runreport writes the run's report.
 
 from __future__ import annotations
 
-import base64
-import html
-import json
 import logging
 import math
 import sys
@@ -23,6 +20,7 @@ import pandas as pd
 from tuning import cli, replay, results
 from tuning.analysis import (ALPHA, ReportError, anytime_curves, best_configs, load, make_grid,
                              stopped_early, summarize)
+from tuning.render import flatten, render_html, render_markdown
 
 log = logging.getLogger(__name__)
 
@@ -272,67 +270,6 @@ def _blocks(runs, exp, prov, summary, figures: dict) -> list[tuple]:
     return blocks
 
 
-def flatten(d: dict, prefix: str = ""):
-    """(dotted key, value as text) of a nested dict: provenance as a two-column table."""
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            yield from flatten(v, f"{prefix}{k}.")
-        else:
-            yield f"{prefix}{k}", v if isinstance(v, str) else json.dumps(v, default=str)
-
-
-def render_markdown(blocks: list[tuple]) -> str:
-    out = []
-    for kind, *c in blocks:
-        if kind in ("h1", "h2"):
-            out.append(("# " if kind == "h1" else "## ") + c[0])
-        elif kind == "banner":  # what a reader must not miss, in large letters
-            out.append(f"> ## {c[0]}")
-        elif kind == "p":
-            out.append(c[0])
-        elif kind == "ul":
-            out.append("\n".join(f"- {item}" for item in c[0]))
-        elif kind == "img":
-            out.append(f"![{c[1]}]({Path(c[0]).name})")
-        elif kind == "table" and len(c[0].columns):
-            cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-            rows = [" | ".join(map(cell, c[0].columns)), " | ".join("---" for _ in c[0].columns),
-                    *(" | ".join(map(cell, r)) for r in c[0].itertuples(index=False))]
-            out.append("\n".join(f"| {r} |" for r in rows))
-    return "\n\n".join(out) + "\n"
-
-
-CSS = ("body{font-family:system-ui,sans-serif;max-width:1300px;margin:2em auto;padding:0 1em;color:#222}"
-       "table{border-collapse:collapse;margin:1em 0;font-variant-numeric:tabular-nums}"
-       "th,td{border:1px solid #ccc;padding:4px 8px;text-align:left;vertical-align:top;"
-       "max-width:48em;overflow-wrap:break-word}th{background:#f2f2f2}img{max-width:100%}li{margin:.3em 0}")
-
-
-BANNER = "font-size:1.8em;font-weight:bold;padding:.4em .7em;border:3px solid #b00;background:#fff0f0;color:#900"
-
-
-def render_html(blocks: list[tuple], title: str, in_head: str = "") -> str:
-    """The blocks as one HTML page, images inlined; `in_head` is extra markup for <head>."""
-    e, out = html.escape, []
-    for kind, *c in blocks:
-        if kind in ("h1", "h2", "p"):
-            out.append(f"<{kind}>{e(c[0])}</{kind}>")
-        elif kind == "banner":
-            out.append(f'<p style="{BANNER}">{e(c[0])}</p>')
-        elif kind == "ul":
-            out.append("<ul>" + "".join(f"<li>{e(i)}</li>" for i in c[0]) + "</ul>")
-        elif kind == "img":
-            data = base64.b64encode(Path(c[0]).read_bytes()).decode()
-            out.append(f'<img src="data:image/png;base64,{data}" alt="{e(c[1])}">')
-        elif kind == "table" and len(c[0].columns):
-            head = "".join(f"<th>{e(str(h))}</th>" for h in c[0].columns)
-            body = "".join("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in r) + "</tr>"
-                           for r in c[0].itertuples(index=False))
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
-            f"{in_head}<style>{CSS}</style></head><body>\n" + "\n".join(out) + "\n</body></html>\n")
-
-
 # ---------------------------------------------------------------- entry points
 
 def write_report(out_dir: Path) -> dict:
@@ -368,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-        from tuning import runreport  # it renders with this module's blocks: imported here, not on top
+        from tuning import runreport  # a run's report: matplotlib and Optuna, only when asked for
 
         paths = (runreport.regenerate if runreport.is_run_dir(args.dir) else write_report)(Path(args.dir))
     except (ReportError, cli.UsageError, OSError) as exc:  # OSError: the folder cannot be written

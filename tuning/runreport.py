@@ -26,7 +26,7 @@ from tuning import record as records
 from tuning import progress, results, runplots, spaces
 from tuning.analysis import ReportError
 from tuning.record import RunRecord
-from tuning.report import flatten, render_html, render_markdown
+from tuning.render import flatten, render_html, render_markdown
 
 log = logging.getLogger(__name__)
 
