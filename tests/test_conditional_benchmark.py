@@ -162,6 +162,7 @@ def test_noise_shrinks_with_t_to_nothing_at_the_full_budget(config):
     assert set(draws(27)) == {0.0}
 
 
+@pytest.mark.slow  # a comparison's Ray start and report; tests/test_conditions.py runs the strategies on conditions
 @pytest.mark.timeout(300)
 def test_compare_smoke_runs_and_respects_the_conditions(tmp_path, space):
     # Grid walks the conditional grid, random samples absent values, BOHB proposes through its

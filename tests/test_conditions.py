@@ -145,7 +145,9 @@ def test_grid_runs_each_valid_combination_once_with_empty_inactive_cells(ray_her
     assert len({json.dumps(c, sort_keys=True) for c in configs}) == 10
 
 
-@pytest.mark.parametrize("strategy", ["random", "asha", "hyperband", "bohb", "tpe"])
+# random and hyperband draw as ASHA does (ConditionalTrials): make test-all runs them too.
+@pytest.mark.parametrize("strategy", [pytest.param("random", marks=pytest.mark.slow), "asha",
+                                      pytest.param("hyperband", marks=pytest.mark.slow), "bohb", "tpe"])
 def test_every_strategy_samples_inactive_parameters_as_absent(ray_here, tmp_path, strategy):
     """user_trainers.branches fails a trial that gets momentum under adamw or lacks it under sgd."""
     result = tuning.search(None, branch_space(num_samples=12), strategy=strategy, seed=3,

@@ -25,7 +25,7 @@ def test_planned_totals_follow_each_strategys_arithmetic():
     assert "30/130 epochs (23 %)" in est.line("loss") and "best loss 0.5" in est.line("loss")
 
 
-@pytest.mark.parametrize("strategy, samples", [("hyperband", 13), ("random", 4)])
+@pytest.mark.parametrize("strategy, samples", [("hyperband", 13), pytest.param("random", 4, marks=pytest.mark.slow)])
 def test_a_synchronous_strategy_trains_exactly_its_planned_total(ray_2cpus, tmp_path, strategy, samples):
     """Hyperband's brackets (and random's full budgets) are deterministic: the epochs trained are
     the plan, to the epoch, including a partial last bracket."""
