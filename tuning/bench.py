@@ -4,11 +4,15 @@ Every figure is measured in the same run on the same machine (the machine goes i
 machine.json next to the CSV), and is a per-unit cost or a ratio, because absolute times on a
 shared machine drift. Sections:
 
-  overhead   N trials of t seconds of CPU work through tuning.run's path: wall time / ideal
+  overhead   N trials of t seconds of CPU work through tuning.run's path: wall time / ideal; the
+             same work through a plain tune.run(reuse_actors=True) beside it, Ray's own cost
   trial      per-trial overhead of the real CIFAR trainable (first trial in a process, later ones)
   throughput the trainer's training images/s against a bare PyTorch loop, at two batch sizes
   data       loading the split the first time and from the per-process cache; augmentation cost
   memory     a trial's peak RSS and its growth from epoch 2 to the last
+  node_memory  1, 2 and 4 CIFAR trials at once on the full data: the trial processes' PSS and USS
+             summed, with the shared data file's and the object store's share; each trial added
+             beyond the first; with every trial decoding its own copy, then with one copy per node
   scheduler  epochs recomputed under BOHB; trial-seconds spent in trials ASHA later stopped; what a
              pause and resume costs and what made it cheap; Hyperband's and BOHB's wall time
              against ASHA's (tuning/benchsched.py)
@@ -23,6 +27,8 @@ import json
 import os
 import statistics
 import sys
+import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -34,7 +40,8 @@ from tuning import cli, data, distributed, results, spaces, trainer
 
 GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50",
          "throughput_ratio_bs128": ">= 0.95", "throughput_ratio_bs512": ">= 0.95",
-         "rss_growth_epoch2_to_last_mb": "no growth", "bohb_recomputed_epochs": "0"}
+         "rss_growth_epoch2_to_last_mb": "no growth", "bohb_recomputed_epochs": "0",
+         "harness_minus_raw_tune_overhead": "<= 0.05", "added_per_trial_mb_shared": "<= 400"}
 
 
 def synthetic(n_train: int):
@@ -63,6 +70,52 @@ def run_tune(space, strategy: str, *, num_samples: int, max_epochs: int, cpus: f
     return rec
 
 
+def run_raw_tune(n: int, seconds: float, *, loggers: bool = True):
+    """The overhead workload through a plain ``tune.run(..., reuse_actors=True)``: Ray's own cost,
+    the peer of our harness's. Tune's defaults otherwise (adaptive experiment snapshots; its
+    per-trial loggers unless loggers=False), in the Ray the bench started; returns the recorder."""
+    from ray import tune
+
+    from tuning import backend
+
+    backend.start_ray()
+    rec = backend.recorder()  # only notes starts and results, as it does for run_tune
+    before = os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS")
+    if not loggers:
+        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            started = time.perf_counter()
+            tune.run(_raw_busy(), config={"x": tune.uniform(0.0, 1.0), "seconds": seconds}, num_samples=n,
+                     resources_per_trial={"cpu": 1}, reuse_actors=True, storage_path=d, verbose=0,
+                     callbacks=[rec])
+            rec.wall_s = time.perf_counter() - started
+    finally:
+        if before is None:
+            os.environ.pop("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", None)
+        else:
+            os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = before
+    return rec
+
+
+def _raw_busy():
+    """Ray's release-test trainable: `seconds` of CPU work, one result, no checkpoint. Made inside
+    a function so that cloudpickle sends it by value: a trial process imports Ray and nothing of
+    ours (tuning.bench imports torch), as a user's script would."""
+
+    def busy_raw(config):
+        import time
+
+        from ray import tune
+
+        end = time.process_time() + config["seconds"]
+        while time.process_time() < end:
+            pass
+        tune.report({"loss": config["x"]})
+
+    return busy_raw
+
+
 def busy(*, x: float, seconds: float, epochs: int, state=None, on_epoch=None, **_):
     """The harness benchmark's trial: `seconds` of CPU work per epoch, nothing else."""
     for epoch in range(int(state["epoch"]) if state else 0, epochs):
@@ -84,16 +137,28 @@ def bench_overhead(quick: bool) -> list[dict]:
                   gpus_per_trial=0)
     rec = run_tune(space, "random", num_samples=n, max_epochs=1, cpus=1)
     logged = run_tune(space, "random", num_samples=n, max_epochs=1, cpus=1, tune_logs=True)
+    raw = run_raw_tune(n, t)
+    raw_quiet = run_raw_tune(n, t, loggers=False)
     ideal = n * t / cpus
     loop = max(r["wall_s"] for r in rec.rows) - min(rec.starts.values())
     detail = f"{n} trials x {t:g} s of CPU work on {cpus} CPUs; ideal {ideal:g} s"
+    plain = "a plain tune.run(reuse_actors=True) of a function trainable, one result per trial, no checkpoint"
+    # Ours first, as before this row existed: its conditions (a Ray just started) stay those of earlier runs.
     return [row("overhead", "harness_overhead_ratio", rec.wall_s / ideal, "x", f"tune.run wall / ideal; {detail}"),
             row("overhead", "harness_overhead_ratio_loop", loop / ideal, "x",
                 f"first trial start to last result / ideal; {detail}"),
             row("overhead", "start_to_first_trial_s", min(rec.starts.values()), "s",
                 "tune.run called to the first trial running: a trial process starting, importing its trainable"),
             row("overhead", "harness_overhead_ratio_tune_logs", logged.wall_s / ideal, "x",
-                f"the same with Tune's per-trial loggers on (tuning.run --tune-logs); {detail}")]
+                f"the same with Tune's per-trial loggers on (tuning.run --tune-logs); {detail}"),
+            row("overhead", "raw_tune_overhead_ratio", raw.wall_s / ideal, "x",
+                f"the same work through {plain}, Tune's default loggers on; {detail}"),
+            row("overhead", "raw_tune_overhead_ratio_no_loggers", raw_quiet.wall_s / ideal, "x",
+                f"the same, Tune's per-trial loggers off as ours are; {detail}"),
+            row("overhead", "raw_tune_start_to_first_trial_s", min(raw.starts.values()), "s",
+                f"tune.run called to the first trial running, {plain}"),
+            row("overhead", "harness_minus_raw_tune_overhead", (rec.wall_s - raw.wall_s) / ideal, "x",
+                "harness_overhead_ratio - raw_tune_overhead_ratio: what our harness adds to plain Tune")]
 
 
 def bench_trial(quick: bool) -> list[dict]:
@@ -170,8 +235,15 @@ def bench_data(quick: bool) -> list[dict]:
     n = 10_000 if quick else 50_000
     src = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=n, synthetic_test=1000)
     t = time.perf_counter()
-    train, _ = data.load_train_val.__wrapped__(src)
+    train, _ = data.load_train_val.__wrapped__(src, shared=False)
     first = time.perf_counter() - t
+    data.node_cache(src).unlink(missing_ok=True)  # the node's copy, written anew: what a node's first trial pays
+    t = time.perf_counter()
+    data.load_train_val.__wrapped__(src, shared=True)
+    write = time.perf_counter() - t
+    t = time.perf_counter()
+    data.load_train_val.__wrapped__(src, shared=True)
+    mapped = time.perf_counter() - t
     data.load_train_val(src)
     t = time.perf_counter()
     data.load_train_val(src)
@@ -185,6 +257,10 @@ def bench_data(quick: bool) -> list[dict]:
     aug = time.perf_counter() - t
     detail = f"{len(train)} training images (synthetic, CIFAR-10's format and size)"
     return [row("data", "load_first_s", first, "s", f"read, md5-check, split, normalise; {detail}"),
+            row("data", "load_node_copy_write_s", write, "s",
+                "the same, then written to the node's data file and mapped: a node's first trial"),
+            row("data", "load_node_copy_map_ms", 1000 * mapped, "ms",
+                "the split mapped from the node's data file: every later trial process on the node"),
             row("data", "load_cached_ms", 1000 * cached, "ms", "the same call again in the same process"),
             row("data", "augment_per_epoch_s", aug, "s", f"flip + translate, batches of 256; {detail}")]
 
@@ -197,6 +273,121 @@ def bench_memory(quick: bool) -> list[dict]:
     detail = f"one CIFAR trial, {epochs} epochs on {n:,} images"
     return [row("memory", "trial_peak_rss_mb", max(r["peak_rss_mb"] for r in rec.rows), "MB", detail),
             row("memory", "rss_growth_epoch2_to_last_mb", rss[-1] - rss[1], "MB", detail)]
+
+
+# ---------------------------------------------------------------- node memory
+
+_FIGURES = ("pss", "uss", "data", "store")
+
+
+def _process_memory(pids) -> dict[str, float]:
+    """PSS and USS (MB) of these processes together, and the PSS of their mappings of the node's
+    data files (tuning.data.node_cache) and of Ray's object store (plasma). PSS counts a page shared
+    by n processes as 1/n in each, so the sum over processes counts it once; RSS would count it n
+    times. One pass over /proc/PID/smaps each (psutil's memory_maps took a third of a core here)."""
+    out = dict.fromkeys(_FIGURES, 0.0)
+    for pid in pids:
+        kind = None
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    mb = int(line.split()[1]) / 1024
+                    out["pss"] += mb
+                    if kind:
+                        out[kind] += mb
+                elif line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    out["uss"] += int(line.split()[1]) / 1024
+                elif not line[0].isupper():  # a mapping's first line: "start-end perms offset dev inode [path]"
+                    kind = "data" if f"/{data.CACHE_DIR}/" in line else "store" if "plasma" in line else None
+    return out
+
+
+class MemorySampler(threading.Thread):
+    """Every `every_s`, the memory of each busy Ray worker process of this process's Ray (title
+    "ray::...", not idle) with its own children (a trial's DDP ranks): samples[i][pid] =
+    _process_memory's figures. No Ray calls: processes by parentage and title, through psutil."""
+
+    def __init__(self, every_s: float):
+        super().__init__(daemon=True)
+        self.every_s, self.samples, self._done = every_s, [], threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._done.wait(self.every_s):
+            sample = {}
+            for p in me.children(recursive=True):  # the local Ray this process started, and nobody else's
+                try:
+                    title = (p.cmdline() or [""])[0]
+                    if title.startswith("ray::") and not title.startswith("ray::IDLE"):
+                        sample[p.pid] = _process_memory([p.pid, *(c.pid for c in p.children(recursive=True))])
+                except (psutil.Error, OSError):  # gone meanwhile
+                    continue
+            self.samples.append(sample)
+
+    def peak(self, pids: set[int]) -> dict[str, float]:
+        """The sample where these processes together held the most (PSS), summed over them."""
+        sums = [{k: sum(s[p][k] for p in pids if p in s) for k in _FIGURES} for s in self.samples]
+        return max(sums, key=lambda m: m["pss"], default=dict.fromkeys(_FIGURES, 0.0))
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+
+def bench_node_memory(quick: bool) -> list[dict]:
+    """1, 2 and 4 CIFAR trials of one epoch at once, all on the full data, each mode with a Ray of
+    its own (the trial processes read TUNING_SHARED_DATA from the environment Ray started with):
+    every process decoding its own copy (before), then one copy per node (after)."""
+    from tuning import backend
+
+    cpus = os.cpu_count() or 1
+    if quick:
+        source = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=2000, synthetic_test=200)
+        counts, what = (1, 2), "2,000 synthetic images"
+    elif data.has_cifar10("data"):
+        source, counts, what = data.DataSource("cifar10", str(Path("data").absolute())), (1, 2, 4), "CIFAR-10"
+    else:
+        source = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=50_000, synthetic_test=1000)
+        counts, what = (1, 2, 4), "50,000 synthetic images (CIFAR-10's format and size)"
+    modes = ("unshared",) if not data.sharing_on() else ("unshared", "shared")  # --no-shared-data: before only
+    before = os.environ.get(data.SHARED_ENV)
+    rows = []
+    try:
+        for mode in modes:
+            backend.stop_ray()
+            os.environ[data.SHARED_ENV] = "1" if mode == "shared" else "0"
+            peaks = {}
+            for k in counts:
+                sampler = MemorySampler(0.5 if quick else 1.0)
+                sampler.start()
+                try:
+                    rec = run_tune(spaces.load("cifar_asha"), "random", num_samples=k, max_epochs=1, cpus=cpus / k,
+                                   source=source)
+                finally:
+                    sampler.stop()
+                peaks[k] = sampler.peak({r["pid"] for r in rec.rows})
+            for k, m in peaks.items():
+                detail = (f"PSS of the trial processes together at their peak, {mode}: {k} CIFAR trial(s) of 1 epoch "
+                          f"at once on {what}, {cpus / k:g} CPUs each")
+                rows += [row("node_memory", f"trials_pss_mb_{k}_{mode}", m["pss"], "MB", detail),
+                         row("node_memory", f"trials_uss_mb_{k}_{mode}", m["uss"], "MB",
+                             "USS at that moment: pages one process alone holds")]
+            top = max(counts)
+            rows += [row("node_memory", f"data_file_pss_mb_{top}_{mode}", peaks[top]["data"], "MB",
+                         f"of trials_pss_mb_{top}_{mode}: the node's mapped data file (one copy for all)"),
+                     row("node_memory", f"object_store_pss_mb_{top}_{mode}", peaks[top]["store"], "MB",
+                         f"of trials_pss_mb_{top}_{mode}: Ray's object store mapped by the trials"),
+                     row("node_memory", f"added_per_trial_mb_{mode}", (peaks[top]["pss"] - peaks[1]["pss"]) / (top - 1),
+                         "MB", f"(trials_pss_mb_{top} - trials_pss_mb_1) / {top - 1}, {mode}")]
+    finally:
+        backend.stop_ray()  # the next section's Ray starts with the environment as it was
+        if before is None:
+            os.environ.pop(data.SHARED_ENV, None)
+        else:
+            os.environ[data.SHARED_ENV] = before
+    return rows
 
 
 # ---------------------------------------------------------------- ddp
@@ -302,7 +493,7 @@ def bench_ddp(quick: bool) -> list[dict]:
 
 # Each section's bench, in the order they run and are printed (--only picks among them).
 SECTIONS = {"overhead": bench_overhead, "trial": bench_trial, "throughput": bench_throughput, "data": bench_data,
-            "memory": bench_memory, "scheduler": bench_scheduler, "ddp": bench_ddp}
+            "memory": bench_memory, "node_memory": bench_node_memory, "scheduler": bench_scheduler, "ddp": bench_ddp}
 
 
 def row(section: str, metric: str, value: float, unit: str, detail: str) -> dict:
@@ -316,11 +507,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
     p.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
     p.add_argument("--out", default=None, help="results folder (default results/bench-<time>)")
+    p.add_argument("--no-shared-data", action="store_true",
+                   help=f"every trial decodes its own copy of the data ({data.SHARED_ENV}=0), as before the node's "
+                        "shared copy; node_memory then measures only that")
     try:
         args = p.parse_args(argv)
     except cli.UsageError as exc:
         print(f"tuning.bench: error: {exc}", file=sys.stderr)
         return 2
+    if args.no_shared_data:  # before Ray starts: its trial processes inherit the environment
+        os.environ[data.SHARED_ENV] = "0"
     out = Path(args.out or f"results/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
