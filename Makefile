@@ -24,7 +24,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,cluster]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,cluster,mlflow]'
 	touch $@
 
 clean:

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Union
 
-from tuning import cli, contract, growth, record as records, spaces
+from tuning import cli, contract, growth, record as records, spaces, tracking
 from tuning.cli import UsageError
 
 log = logging.getLogger(__name__)
@@ -48,14 +48,16 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
            storage_path: str | None = None, max_failures: int = DEFAULT_MAX_FAILURES, tune_logs: bool = False,
            worker_logs: bool = False, smoke: bool = False, time_budget: float | str | None = None,
            warm_start: list | None = None, warm_start_top: int | None = None,
-           argv: list | None = None):
+           mlflow: str | bool | None = None, mlflow_experiment: str | None = None, argv: list | None = None):
     """Search `space` with `trainer` and return a SearchResult.
 
     trainer: your function (tuning.contract; docs/your-trainer.md), "module:function", "cifar",
     or None for the space's own. space: a Space, or the name of a module in search_spaces/ (or a
     .py file defining SPACE). The other keywords are tuning.run's flags (see --help); None keeps
-    what the space declares. time_budget: seconds, or "90s", "30m", "2h". argv: the command line
-    to record in run.json (tuning.run passes its flags)."""
+    what the space declares. time_budget: seconds, or "90s", "30m", "2h". mlflow: a tracking URI,
+    or True for a SQLite store in the results dir (docs/tracking.md); mlflow_experiment: its
+    experiment (default: the space's name). argv: the command line to record in run.json
+    (tuning.run passes its flags)."""
     if space is None:
         raise UsageError("search() needs a space: a Space(...) or the name of one (e.g. 'cifar_asha')")
     space = spaces.load(space) if isinstance(space, str) else space
@@ -92,8 +94,9 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         data_args={"kind": data or ("synthetic" if smoke else "auto"), "data_dir": str(Path(data_dir).absolute()),
                    "seed": seed, "synthetic_train": small.get("synthetic_train", 50_000),
                    "synthetic_test": small.get("synthetic_test", 10_000)})
-    label = space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]
-    folder = Path(results_dir or f"results/{Path(label).stem}-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
+    label = Path(space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]).stem
+    folder = Path(results_dir or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
+    track = tracking.check(mlflow, mlflow_experiment, label, folder)  # before Ray and before any file
     created = _prepare_results_dir(folder)
     lock = _lock(folder)
     try:
@@ -112,22 +115,26 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
             points = " x ".join(f"{len(p.grid_values())} {k}" for k, p in space.params.items())
             say.info("Grid search: %s = %d points x %d repeat%s = %d trials", points, spaces.grid_size(space),
                      num_samples, "s" * (num_samples > 1), spaces.grid_size(space) * num_samples)
-        return _execute(space, rec, source, folder, resume=False, keep_ray=ray_was_running)
+        return _execute(space, rec, source, folder, resume=False, keep_ray=ray_was_running, track=track)
     finally:
         lock.release()
 
 
 def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budget: float | str | None = None,
-           address: str | None = None, worker_logs: bool = False, trainer: Union[Callable, str, None] = None):
+           address: str | None = None, worker_logs: bool = False, trainer: Union[Callable, str, None] = None,
+           mlflow: str | bool | None = None, mlflow_experiment: str | None = None):
     """Continue the unfinished search in results_dir (after a crash, Ctrl-C or a spent time
     budget) with the settings it started with; add_samples: that many more trials, in a finished
     one too; time_budget: the new total. trainer: the function to run, where the recorded one
-    cannot be imported by name (it was defined in a script or a notebook)."""
+    cannot be imported by name (it was defined in a script or a notebook). mlflow,
+    mlflow_experiment: as search()'s; by default a run tracked in MLflow goes on under the same
+    parent run, and mlflow=False stops tracking it."""
     folder = Path(results_dir).absolute()
     rec = records.read(folder, "--resume")
     if rec.status == "finished" and not add_samples:
         raise UsageError(f"--resume {folder}: that experiment finished already; its results are there "
                          "(add --add-samples N to run N more trials in it)")
+    track = _resume_tracking(rec, folder, mlflow, mlflow_experiment)
     lock = _lock(folder)
     try:
         space = _recorded_space(rec, trainer)
@@ -140,21 +147,35 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
         _check_workers_import(space, ray_was_running)
         what = f"Adding {more} trials to" if more else "Resuming"
         say.info("%s %s (%s) in %s", what, rec.space or "search", rec.strategy, folder)
-        return _execute(space, rec, source, folder, resume=True, add_samples=more, keep_ray=ray_was_running)
+        return _execute(space, rec, source, folder, resume=True, add_samples=more, keep_ray=ray_was_running,
+                        track=track)
     finally:
         lock.release()
 
 
-def _execute(space, rec, source, folder: Path, *, resume: bool, add_samples: int = 0, keep_ray: bool):
+def _execute(space, rec, source, folder: Path, *, resume: bool, add_samples: int = 0, keep_ray: bool,
+             track: tracking.Target | None = None):
     from tuning import runreport, session
 
     if source is not None:
         log.warning(session.data_banner({"kind": source.kind, "root": source.root}))
     page = folder / "report.html"
     return session.execute(
-        space, rec, source, folder, resume=resume, add_samples=add_samples, keep_ray=keep_ray,
+        space, rec, source, folder, resume=resume, add_samples=add_samples, keep_ray=keep_ray, track=track,
         on_start=lambda: say.info("Live report: %s (rewritten every %d s while the run goes)", page,
                                   runreport.RELOAD_S))
+
+
+def _resume_tracking(rec: records.RunRecord, folder: Path, mlflow, experiment: str | None):
+    """Where a resume logs: a URI given now (checked as at a start), else where the run logged
+    before. A recorded server that is down now does not stop the resume: the search goes on and
+    the summary says what could not be logged."""
+    label = Path(rec.space or spaces.trainer_name(rec.trainer).rpartition(":")[2]).stem
+    mine = rec.mlflow or {}
+    if mlflow is not None or not mine:
+        return tracking.check(mlflow, experiment, label, folder)
+    uri = True if mine.get("default") else mine["uri"]
+    return tracking.check(uri, experiment or mine.get("experiment"), label, folder, strict=False)
 
 
 # ---------------------------------------------------------------- checks

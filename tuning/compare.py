@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tuning import analysis, backend, cli, data, growth, replay, report, results, spaces
+from tuning import analysis, backend, cli, data, growth, replay, report, results, spaces, tracking
 from tuning.cli import UsageError
 
 log = logging.getLogger("tuning.compare")
@@ -128,7 +128,10 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
 
 
 def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None, budget: float | None,
-        argv: list[str], address: str | None = None, storage_path: str | None = None) -> Path:
+        argv: list[str], address: str | None = None, storage_path: str | None = None,
+        track: tracking.Target | None = None) -> Path:
+    """The comparison; track: also log it to MLflow (tuning.tracking.Comparison), whose lines are
+    printed at the end."""
     space, recorded = _space(exp.space)
     over = exp.smoke if smoke else {}
     max_t = over.get("max_epochs") or exp.max_epochs or space.max_epochs
@@ -154,11 +157,16 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     # On shared storage each comparison gets its own folder, its runs one each inside it.
     storage = f"{storage_path.rstrip('/')}/{out.name}" if storage_path else None
     setting = dict(space=space, max_t=max_t, source=source, smoke=smoke, storage_path=storage)
+    tracker = tracking.Comparison(track, name, out, {
+        "space": exp.space, "budget": budget, "max_t": max_t, "strategies": ",".join(exp.strategies),
+        "seeds": ",".join(map(str, seed_list)), "smoke": smoke, "metric": space.metric}) if track else None
     for i, (strategy, seed) in enumerate(jobs, start=1):
         run_id = f"{strategy}-s{seed}"
         done = out / "runs" / f"{run_id}.csv"
         if (strategy, seed) not in todo:
             print(f"[{i}/{len(jobs)}] {run_id}: finished in an earlier invocation, kept", flush=True)
+            if tracker is not None:  # logged then, or now if that invocation was not tracked
+                tracker.run_done(run_id, strategy, seed, pd.read_csv(done), space.metric, space.mode)
             continue
         print(f"[{i}/{len(jobs)}] {run_id}: running ({budget:g} full evaluations of {max_t} iterations)", flush=True)
         started = time.monotonic()
@@ -168,6 +176,8 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
         df = _run_rows(rows, benchmark=space.trainer if space.trainer != "cifar" else name, strategy=strategy,
                        seed=seed, max_t=max_t, params=params, cpus=space.cpus_per_trial, metric=space.metric)
         _write_csv(df, done)
+        if tracker is not None:
+            tracker.run_done(run_id, strategy, seed, df, space.metric, space.mode)
         print(f"[{i}/{len(jobs)}] {run_id}: done in {time.monotonic() - started:.0f} s, "
               f"{len(df)} iterations, {df['trial_id'].nunique() if len(df) else 0} trials", flush=True)
 
@@ -180,7 +190,11 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     runs.to_parquet(out / "runs.parquet", index=False)
     _write_records(out, name, exp, space, source, smoke=smoke, budget=budget, max_t=max_t, seeds=seed_list,
                    argv=argv, recorded=recorded)
-    return report.write_report(out)["html"]
+    written = report.write_report(out)
+    if tracker is not None:
+        for line in tracker.finish({k: v for k, v in written.items() if k in ("html", "markdown")}):
+            print(line, flush=True)
+    return written["html"]
 
 
 def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
@@ -285,6 +299,13 @@ def main(argv: list[str] | None = None) -> int:
                    help="run on the Ray cluster there instead of starting a local Ray")
     p.add_argument("--storage-path", metavar="DIR|URI", type=cli.storage_path,
                    help="where Tune keeps experiments and checkpoints: a folder every node reaches, or s3://...")
+    p.add_argument("--mlflow", nargs="?", const=True, metavar="URI",
+                   help="also log to MLflow: one parent run for the comparison, a run per strategy x seed, the "
+                        "report as artifacts. URI: http://host:port, sqlite:///path/mlflow.db or a folder; none: "
+                        "a SQLite store in the output folder (docs/tracking.md)")
+    p.add_argument("--mlflow-experiment", metavar="NAME",
+                   help="the MLflow experiment (default: compare-<experiment name>)")
+    tracking.quiet_logs()
     with cli.sigterm_stops_like_ctrl_c():
         try:
             args = p.parse_args(argv)
@@ -297,8 +318,9 @@ def main(argv: list[str] | None = None) -> int:
             if args.budget is not None and args.budget <= 0:
                 raise UsageError(f"--budget must be positive, got {args.budget:g}")
             out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
+            track = tracking.check(args.mlflow, args.mlflow_experiment, f"compare-{name}", out.absolute())
             html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,
-                       address=args.address, storage_path=args.storage_path)
+                       address=args.address, storage_path=args.storage_path, track=track)
         except (cli.TuningError, data.DataError, report.ReportError, backend.ClusterError) as exc:
             print(f"tuning.compare: error: {exc}", file=sys.stderr)
             return 2

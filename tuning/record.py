@@ -73,6 +73,9 @@ class RunRecord:
     recomputed_epochs: int = 0
     best: dict | None = None  # the incumbent's row (results.incumbent), with its test figures
     best_note: str = ""  # how the incumbent was chosen, when not at the full budget
+    # MLflow tracking (tuning.tracking): uri, experiment, its id, the parent run's id; a resume
+    # continues that parent run.
+    mlflow: dict | None = None
     extra: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
 
     def to_json(self) -> dict:

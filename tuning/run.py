@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from tuning import api, cli, growth, results, spaces
+from tuning import api, cli, growth, results, spaces, tracking
 from tuning.cli import TuningError, UsageError
 from tuning.trainer import PRECISIONS
 
@@ -83,6 +83,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "to each trial's folder; with many short trials they cost time (README: Performance)")
     p.add_argument("--worker-logs", action="store_true",
                    help="forward trial processes' output (Ray's INFO lines included) to this terminal")
+    p.add_argument("--mlflow", nargs="?", const=True, metavar="URI",
+                   help="also log the search to MLflow: one parent run, a child run per trial (docs/tracking.md). "
+                        "URI: http://host:port, sqlite:///path/mlflow.db or a folder; none: a SQLite store in "
+                        "the results dir. On --resume, a tracked run goes on under the same parent run")
+    p.add_argument("--mlflow-experiment", metavar="NAME", help="the MLflow experiment (default: the space's name)")
     p.add_argument("--smoke", action="store_true",
                    help=f"CI-sized run: {api.SMOKE['num_samples']} samples, {api.SMOKE['max_epochs']} epochs, "
                         "a small data subset, synthetic data unless --data is given, a local Ray of "
@@ -101,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     _progress_to_stdout()
+    tracking.quiet_logs()
     argv = sys.argv[1:] if argv is None else list(argv)
     with cli.sigterm_stops_like_ctrl_c():
         try:
@@ -148,7 +154,8 @@ def _main(argv: list[str]) -> int:
         if args.warm_start:
             raise UsageError("--warm-start starts a new run: it cannot be given with --resume")
         result = api.resume(args.resume, add_samples=args.add_samples, time_budget=args.time_budget,
-                            address=args.address, worker_logs=args.worker_logs, trainer=args.trainer)
+                            address=args.address, worker_logs=args.worker_logs, trainer=args.trainer,
+                            mlflow=args.mlflow, mlflow_experiment=args.mlflow_experiment)
     else:
         if args.add_samples is not None:
             raise UsageError("--add-samples needs --resume DIR: it extends that run")
@@ -161,7 +168,8 @@ def _main(argv: list[str]) -> int:
             precision=args.precision, data=args.data, data_dir=args.data_dir, results_dir=args.results_dir,
             address=args.address, storage_path=args.storage_path, max_failures=args.max_failures,
             tune_logs=args.tune_logs, worker_logs=args.worker_logs, smoke=args.smoke, time_budget=args.time_budget,
-            warm_start=args.warm_start, warm_start_top=args.warm_start_top, argv=argv)
+            warm_start=args.warm_start, warm_start_top=args.warm_start_top, mlflow=args.mlflow,
+            mlflow_experiment=args.mlflow_experiment, argv=argv)
     print("\n" + result.summary())
     rec, folder = result.record, result.results_dir
     if result.status == "time budget spent":

@@ -9,13 +9,13 @@ from __future__ import annotations
 import logging
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import pandas as pd
 
-from tuning import backend, cli, contract, data, growth, results, spaces
+from tuning import backend, cli, contract, data, growth, results, spaces, tracking
 from tuning.record import RunRecord
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class SearchResult:
     best: Best | None
     record: RunRecord  # run.json
     report: Path | None  # report.html, None where it could not be written
+    tracking: list = field(default_factory=list)  # the summary's lines on MLflow (tuning.tracking)
 
     @property
     def best_config(self) -> dict | None:
@@ -79,6 +80,7 @@ class SearchResult:
         banner = data_banner(r.data)
         if banner:
             lines.append(banner)
+        lines += self.tracking
         lines += [f"Results: {self.results_dir}  (report.html, report.md, trials.csv, epochs.csv, best_config.json, "
                   "run.json)", f"Report: {self.results_dir / 'report.html'}"]
         return "\n".join(lines)
@@ -148,21 +150,35 @@ def with_precision(space: spaces.Space, record: RunRecord) -> spaces.Space:
 
 def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | None, results_dir: Path, *,
             resume: bool, add_samples: int = 0, keep_ray: bool = False,
-            on_start: Callable[[], None] | None = None) -> SearchResult:
+            on_start: Callable[[], None] | None = None, track: tracking.Target | None = None) -> SearchResult:
     """Run the record's search (a first segment, or a resume adding add_samples trials) and write
     its files. on_start is called once run.json says the run is running, before the first trial.
-    Ray is stopped at the end unless keep_ray."""
+    Ray is stopped at the end unless keep_ray. track: log to MLflow too (tuning.tracking)."""
     from tuning import runreport  # matplotlib, scipy: only for a run that goes ahead
 
     space = with_precision(space, record)
     started = time.time()
     _record_start(space, record, source, results_dir, started, resume)
+    tracker = tracking.Tracker(track, record, results_dir, list(space.params)) if track else None
+    if tracker is not None:
+        tracker.start()
+        record.write(results_dir)  # the parent run's id, before the first trial
     if on_start is not None:
         on_start()
+
+    def on_progress(records: list[dict]) -> None:
+        if tracker is not None:
+            tracker.update(records)
+        runreport.write_from_records(results_dir, records, record, live=True)
+
     spec = _run_spec(space, record, source, results_dir, resume, add_samples, progress_every_s=runreport.RELOAD_S,
-                     on_progress=lambda records: runreport.write_from_records(results_dir, records, record, live=True))
+                     on_progress=on_progress)
     try:
         records, interrupted = backend.run(spec)
+    except BaseException:
+        if tracker is not None:
+            tracker.abandon()
+        raise
     finally:
         if not keep_ray:
             backend.stop_ray()
@@ -179,6 +195,8 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
         _record_end(record, trials, None, "stopped: the trainer's metrics cannot be used", started)
         record.error = wrong
         record.write(results_dir)
+        if tracker is not None:
+            tracker.finish(records, trials, None, record.status)
         raise MetricError(f"{wrong}: report {space.metric!r} as a number from on_epoch, or set the space's metric "
                           f"to one it reports; the run stopped after its first result (files kept in {results_dir})")
     unfinished = [r for r in records if r["status"] not in ("TERMINATED", "ERROR")] or interrupted
@@ -194,8 +212,13 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
         log.warning("report.html not written (%s: %s); try again with python -m tuning.report %s",
                     type(exc).__name__, exc, results_dir)
         report = None
+    # Last: report.html is one of the parent run's artifacts.
+    lines = []
+    if tracker is not None:
+        lines = tracker.finish(records, trials, best, status)
+        record.write(results_dir)  # the parent run's id, where it was opened late (the server was down)
     return SearchResult(results_dir=results_dir, status=status, trials=trials, epochs=epochs, best=best,
-                        record=record, report=report)
+                        record=record, report=report, tracking=lines)
 
 
 def _record_start(space: spaces.Space, record: RunRecord, source, results_dir: Path, started: float,

@@ -1,0 +1,343 @@
+"""MLflow tracking against a real tracking server (`mlflow server`, SQLite), started here: a search
+as one parent run with a child per trial, read back through MLflow's client; a driver SIGKILLed
+and resumed; the server stopped mid-run; a comparison; and the bad input refused in one line."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import tuning
+from cli_helpers import refused
+from conftest import ROOT
+from run_helpers import STEADY, TESTS, hold_mid_run, write_space
+from tuning import run, tracking
+
+# MLflow's usage telemetry stays off, as Ray's does (conftest): the suite never uses the network.
+os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """`mlflow server` on a free port, in its own process group (it starts uvicorn under it). It
+    starts in the background (a minute on the loaded 2-core machine, while Ray starts too); `url`
+    waits until /health answers."""
+
+    def __init__(self, root: Path):
+        self.root, self.ready = root, False
+        self._url = f"http://127.0.0.1:{_free_port()}"
+        self.log = open(root / "server.log", "w")
+        # Its GenAI job runner (seven more processes) is of no use here and slows the start.
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
+             "--default-artifact-root", str(root / "artifacts"), "--host", "127.0.0.1",
+             "--port", self._url.rsplit(":", 1)[1], "--workers", "1"],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    @property
+    def url(self) -> str:
+        deadline = time.monotonic() + 240
+        while not self.ready:
+            assert self.proc.poll() is None and time.monotonic() < deadline, \
+                (self.root / "server.log").read_text()[-3000:]
+            try:
+                self.ready = urllib.request.urlopen(f"{self._url}/health", timeout=2).status == 200
+            except OSError:
+                time.sleep(0.5)
+        return self._url
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    pytest.importorskip("mlflow", reason="make test installs the mlflow extra")
+    s = Server(tmp_path_factory.mktemp("mlflow"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def ray_here():
+    """A local Ray whose workers import the test trainers (tests/ on their PYTHONPATH), shared by
+    the in-process searches here, which leave it running."""
+    import ray
+
+    before = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), before or ""])
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+    if before is None:
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = before
+
+
+def _client(uri):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(uri)
+
+
+def _runs(uri: str, experiment: str) -> tuple[list, dict]:
+    """(parent runs, {parent id: its child runs}) of an experiment."""
+    c = _client(uri)
+    exp = c.get_experiment_by_name(experiment)
+    runs = c.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    return parents, {p.info.run_id: [r for r in runs if r.data.tags.get("mlflow.parentRunId") == p.info.run_id]
+                     for p in parents}
+
+
+def _steps(uri: str, run, metric: str = "loss") -> list[int]:
+    return [m.step for m in _client(uri).get_metric_history(run.info.run_id, metric)]
+
+
+def _env(**settings):
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]),
+            **{f"TUNING_MLFLOW_{k}": str(v) for k, v in settings.items()}}
+
+
+def _start(*args, **settings) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tuning.run", *args], cwd=ROOT, env=_env(**settings),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def _wait(condition, proc=None, timeout=120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc is None or proc.poll() is None, proc.stdout.read()[-3000:]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.3)
+
+
+# ---------------------------------------------------------------- a search, read back
+
+def test_a_search_is_one_parent_run_with_a_nested_child_run_per_trial(server, ray_here, tmp_path):
+    result = tuning.search(None, "counting_ones", strategy="hyperband", smoke=True, results_dir=tmp_path / "r",
+                           mlflow=server.url, mlflow_experiment="core")
+    assert result.status == "finished"
+    parents, children = _runs(server.url, "core")
+    assert len(parents) == 1
+    parent = parents[0]
+    kids = children[parent.info.run_id]
+    assert result.record.mlflow["parent_run_id"] == parent.info.run_id  # run.json keeps it for --resume
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["mlflow"]["parent_run_id"] == parent.info.run_id
+    trials = result.trials.set_index("trial_id")
+    assert sorted(k.data.tags["trial_id"] for k in kids) == sorted(trials.index)  # one child per trial
+    epochs = pd.read_csv(tmp_path / "r" / "epochs.csv")
+    for kid in kids:
+        tid = kid.data.tags["trial_id"]
+        curve = epochs[epochs["trial_id"] == tid]
+        assert _steps(server.url, kid) == curve["training_iteration"].tolist()  # every epoch once, step = epoch
+        assert kid.info.status == "FINISHED"
+        assert kid.data.tags["status"] == "TERMINATED"
+        assert kid.data.tags["stopped_early"] == str(bool(trials.loc[tid, "stopped_early"])).lower()
+        config = next(r["config"] for r in [json.loads(x) for x in (tmp_path / "r" / "results.jsonl").open()]
+                      if r["trial_id"] == tid)
+        assert kid.data.params == {k: str(v) for k, v in config.items()}
+    # The parent: what was asked, where it came from, what it came to.
+    assert parent.info.status == "FINISHED"
+    p = parent.data.params
+    assert (p["strategy"], p["seed"], p["num_samples"], p["max_epochs"]) == ("hyperband", "0", "9", "3")
+    assert p["space"] == "counting_ones" and p["space.x0"].startswith("type=Uniform")
+    assert p["cpus_per_trial"] == "1" and p["gpus_per_trial"] == "0"
+    assert parent.data.tags["data"] == "benchmark:counting_ones" and parent.data.tags["git_commit"]
+    assert parent.data.metrics["loss"] == pytest.approx(result.best.metrics["loss"])
+    assert parent.data.tags["best_trial_id"] == result.best.trial_id
+    assert parent.data.metrics["trials"] == len(trials)
+    names = sorted(a.path for a in _client(server.url).list_artifacts(parent.info.run_id))
+    assert names == ["best_config.json", "report.html", "trials.csv"]
+    assert "MLflow: parent run " + parent.info.run_id in result.summary()
+
+
+@pytest.mark.slow  # a second search and its extension: make test-all
+def test_mlflow_alone_logs_to_sqlite_in_the_results_dir_and_add_samples_continues_the_parent(ray_here, tmp_path):
+    pytest.importorskip("mlflow")
+    folder = tmp_path / "r"
+    first = tuning.search(None, "conditional_branches", strategy="random", num_samples=3, max_epochs=2, smoke=True,
+                          results_dir=folder, mlflow=True)
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    assert f"open it with: mlflow ui --backend-store-uri {uri}" in first.summary()
+    assert (folder / "mlartifacts").is_dir()  # beside the database, not ./mlruns wherever the command ran
+    parents, children = _runs(uri, "conditional_branches")
+    parent = parents[0].info.run_id
+    kids = children[parent]
+    for kid in kids:  # conditional parameters: a trial's inactive ones are not among its params
+        tid = kid.data.tags["trial_id"]
+        config = first.trials.set_index("trial_id").loc[tid]
+        assert set(kid.data.params) == {k for k in config.index if k in first.record.params and pd.notna(config[k])}
+
+    more = tuning.resume(folder, add_samples=2)
+    assert more.status == "finished"
+    parents, children = _runs(uri, "conditional_branches")
+    assert [p.info.run_id for p in parents] == [parent]  # the same parent, continued
+    assert sorted(k.data.tags["trial_id"] for k in children[parent]) == sorted(more.trials["trial_id"])
+    for kid in children[parent]:
+        steps = _steps(uri, kid)
+        assert steps == sorted(set(steps)) and steps == list(range(1, len(steps) + 1))
+    assert parents[0].data.tags["extensions"] == "1"
+
+
+# ---------------------------------------------------------------- crash and resume
+
+@pytest.mark.slow  # two runs of tuning.run: make test-all
+@pytest.mark.timeout(600)
+def test_sigkill_then_resume_keeps_one_parent_and_logs_no_trial_or_epoch_twice(server, tmp_path):
+    results, gate = tmp_path / "results", tmp_path / "gate"
+    space = write_space(tmp_path, STEADY.format(strategy="asha", epochs=4, rf=2, gate=str(gate)))
+    proc = _start("--space", str(space), "--results-dir", str(results), "--mlflow", server.url,
+                  "--mlflow-experiment", "killed", EVERY_S=0.5)
+    hold_mid_run(proc, results, gate)
+    logged = lambda: sum(len(_steps(server.url, k)) for k in sum(_runs(server.url, "killed")[1].values(), []))  # noqa: E731
+    _wait(lambda: logged() >= 3, proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # the driver and its Ray: nothing of the tracker's memory survives
+    proc.wait()
+    before = {k.data.tags["trial_id"]: _steps(server.url, k) for k in sum(_runs(server.url, "killed")[1].values(), [])}
+    parent = json.loads((results / "run.json").read_text())["mlflow"]["parent_run_id"]
+
+    gate.unlink()
+    done = subprocess.run([sys.executable, "-m", "tuning.run", "--resume", str(results)], cwd=ROOT,
+                          env=_env(EVERY_S=0.5), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    parents, children = _runs(server.url, "killed")
+    assert [p.info.run_id for p in parents] == [parent] and parents[0].info.status == "FINISHED"
+    kids = children[parent]
+    epochs = pd.read_csv(results / "epochs.csv")
+    assert sorted(k.data.tags["trial_id"] for k in kids) == sorted(epochs["trial_id"].unique())  # none twice
+    went_on = 0
+    for kid in kids:
+        tid = kid.data.tags["trial_id"]
+        steps = _steps(server.url, kid)
+        assert steps == epochs[epochs["trial_id"] == tid]["training_iteration"].tolist(), (tid, steps)
+        went_on += 0 < len(before.get(tid, [])) < len(steps)
+    assert went_on, before  # a trial logged before the kill went on after it, without a repeat
+
+
+# ---------------------------------------------------------------- a comparison
+
+@pytest.mark.slow  # a comparison of two strategies: make test-all
+@pytest.mark.timeout(600)
+def test_a_comparison_is_one_parent_with_a_run_per_strategy_and_seed(server, tmp_path):
+    exp = tmp_path / "two.py"
+    exp.write_text("from tuning.compare import Experiment\nEXPERIMENT = Experiment(space='counting_ones', budget=2, "
+                   "seeds=(0,), strategies=('random', 'asha'), max_epochs=3)\n")
+    done = subprocess.run([sys.executable, "-m", "tuning.compare", str(exp.with_suffix("")), "--out",
+                           str(tmp_path / "out"), "--mlflow", server.url], cwd=ROOT, env=_env(),
+                          capture_output=True, text=True, timeout=500)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "MLflow: parent run" in done.stdout
+    parents, children = _runs(server.url, "compare-two")
+    assert len(parents) == 1 and parents[0].data.tags["tuning.kind"] == "comparison"
+    kids = children[parents[0].info.run_id]
+    assert sorted(k.data.tags["run_id"] for k in kids) == ["asha-s0", "random-s0"]
+    assert all(k.data.metrics["results"] > 0 and _steps(server.url, k, "incumbent_loss") for k in kids)
+    names = {a.path for a in _client(server.url).list_artifacts(parents[0].info.run_id)}
+    assert {"report.html", "report.md"} <= names
+
+
+# ---------------------------------------------------------------- bad input: one line, exit 2
+
+def test_an_unreachable_server_is_refused_before_anything_starts(capsys, tmp_path):
+    pytest.importorskip("mlflow")
+    folder = tmp_path / "r"
+    url = f"http://127.0.0.1:{_free_port()}"
+    started = time.monotonic()
+    refused(capsys, run.main, ["--space", "counting_ones", "--smoke", "--results-dir", str(folder), "--mlflow", url],
+            f"--mlflow {url}: no tracking server or database answers there")
+    assert not folder.exists()  # checked before the results dir (and so before Ray)
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("uri,needle", [
+    ("http//127.0.0.1:5000", "not a tracking URI"),
+    ("http:/127.0.0.1:5000", "not a tracking URI"),
+    ("http://", "a server's URI is http(s)://HOST[:PORT]"),
+    ("http://host:port", "a server's URI is http(s)://HOST[:PORT]"),
+    ("ftp://host/x", "unknown scheme 'ftp'"),
+    ("sqlite:////no/such/folder/mlflow.db", "folder /no/such/folder does not exist"),
+    ("sqlite://", "give a database file"),
+])
+def test_a_malformed_uri_is_refused(capsys, tmp_path, uri, needle):
+    pytest.importorskip("mlflow")
+    refused(capsys, run.main, ["--space", "counting_ones", "--results-dir", str(tmp_path / "r"), "--mlflow", uri],
+            f"--mlflow {uri}: ", needle)
+    assert not (tmp_path / "r").exists()
+
+
+def test_an_experiment_without_mlflow_is_refused(capsys, tmp_path):
+    refused(capsys, run.main, ["--space", "counting_ones", "--results-dir", str(tmp_path / "r"),
+                               "--mlflow-experiment", "x"], "--mlflow-experiment needs --mlflow")
+
+
+def test_without_mlflow_installed_the_flag_is_refused_naming_the_install_command(tmp_path):
+    argv = ["--space", "counting_ones", "--results-dir", str(tmp_path / "r"), "--mlflow"]
+    code = f"import sys; sys.modules['mlflow'] = None; from tuning import run; sys.exit(run.main({argv!r}))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-3000:]
+    assert done.stderr.strip().splitlines() == [
+        "tuning.run: error: --mlflow needs MLflow, which is not installed: pip install 'tuning[mlflow]'"]
+
+
+def test_epochs_are_never_split_across_batches():
+    from types import SimpleNamespace
+
+    metrics = [SimpleNamespace(step=s, key=k) for s in range(1, 8) for k in "abc"]
+    batches = list(tracking._batches(metrics, per_batch=4))
+    assert sum(batches, []) == metrics
+    assert all(b[0].step != prev[-1].step for prev, b in zip(batches, batches[1:]))
+
+
+# ---------------------------------------------------------------- last: it stops the module's server
+
+@pytest.mark.timeout(600)
+def test_a_server_stopped_mid_run_neither_stops_the_search_nor_loses_its_files(server, ray_here, tmp_path,
+                                                                              monkeypatch):
+    """Stops the module's server: keep it the last test here that uses one."""
+    for name, value in {"EVERY_S": 0.5, "RETRIES": 2, "TIMEOUT_S": 2, "FLUSH_S": 15}.items():
+        monkeypatch.setenv(f"TUNING_MLFLOW_{name}", str(value))  # a down server costs seconds, not minutes
+    results, gate = tmp_path / "results", tmp_path / "gate"
+    gate.touch()  # no epoch starts until the server is gone
+    space = write_space(tmp_path, STEADY.format(strategy="random", epochs=2, rf=2, gate=str(gate)))
+    url = server.url
+
+    def stop_the_server_mid_run():
+        try:
+            _wait(lambda: list(tmp_path.glob("gate.held-*")))  # the parent run is open, a trial waits at epoch 1
+            server.stop()
+        finally:
+            gate.unlink()
+
+    stopper = threading.Thread(target=stop_the_server_mid_run)
+    stopper.start()
+    result = tuning.search(None, str(space), results_dir=results, mlflow=url, mlflow_experiment="stopped")
+    stopper.join()
+    assert result.status == "finished" and server.proc.poll() is not None
+    trials = pd.read_csv(results / "trials.csv")
+    assert len(trials) == 6 and (trials["status"] == "TERMINATED").all() and (trials["epochs"] == 2).all()
+    assert len(pd.read_csv(results / "epochs.csv")) == 12
+    assert (results / "report.html").stat().st_size and (results / "best_config.json").is_file()
+    line = next(ln for ln in result.summary().splitlines() if ln.startswith("MLflow logging failed"))
+    assert f"experiment 'stopped' at {url} holds only part of this search" in line, line
+    assert line.endswith("its files are complete")
+    assert json.loads((results / "run.json").read_text())["mlflow"]["parent_run_id"]

@@ -1,0 +1,537 @@
+"""MLflow tracking (``tuning.run --mlflow [URI]``, docs/tracking.md): a search as one parent run
+with a child run per trial, nested; a comparison (``tuning.compare --mlflow``) as one parent with
+a run per strategy x seed.
+
+Everything is logged from the driver by one background thread: trials, on any node, never talk
+to the tracking server, and a server that is slow or down never holds up the search. A sync that
+fails is retried; what could not be logged is said once in the summary, and the results dir is
+written as ever. What a child run already holds is asked of the server (its metric histories'
+last step), never kept in a local ledger: a driver killed by SIGKILL remembers nothing, and a
+reply lost in a timeout may have been written all the same. So a resume, or a retry after a
+failure, logs each epoch once.
+
+mlflow is imported only when tracking is on (``pip install 'tuning[mlflow]'``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import queue
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from tuning import results
+from tuning.cli import UsageError
+
+log = logging.getLogger(__name__)
+
+INSTALL = "pip install 'tuning[mlflow]'"
+DB = "mlflow.db"  # the SQLite store in a folder given as the URI (--mlflow alone: the results dir)
+# Short on purpose: a down server must cost the end of a search seconds, not MLflow's defaults (7
+# retries with backoff, 120 s a request: minutes). TUNING_MLFLOW_<NAME> overrides one for a whole
+# command (a slow network; the tests).
+SETTINGS = {"TIMEOUT_S": 10,  # one HTTP request
+            "RETRIES": 3,  # tries of one sync (0.5 s, then 1 s apart) before it counts as failed
+            "FLUSH_S": 60,  # at the end, how long the driver waits for the last sync
+            "EVERY_S": 5}  # how often the learning curves are sent while the run goes
+
+
+def setting(name: str) -> float:
+    return float(os.environ.get(f"TUNING_MLFLOW_{name}", SETTINGS[name]))
+
+
+@dataclass
+class Target:
+    """Where a search or a comparison is tracked: a checked tracking URI and an experiment."""
+
+    uri: str
+    experiment: str
+    default: bool = False  # --mlflow with no URI: the SQLite store in the results dir
+
+    def lines(self, what: str, nested: str, parent: str | None, ok: bool, error: str | None) -> list[str]:
+        """The summary's lines: where it went (and the command that shows a local store), or why not."""
+        where = f"experiment {self.experiment!r} at {self.uri}"
+        if not ok:
+            why = f"first error: {error}" if error else f"no answer within {setting('FLUSH_S'):g} s"
+            return [f"MLflow logging failed ({why}): {where} holds only part of this {what}; its files are complete"]
+        ui = [f"  open it with: mlflow ui --backend-store-uri {self.uri}"] if self.uri.startswith("sqlite:") else []
+        return [f"MLflow: parent run {parent} with {nested}, in {where}", *ui]
+
+
+def check(uri, experiment: str | None, name: str, folder: Path, *, strict: bool = True) -> Target | None:
+    """--mlflow and --mlflow-experiment, checked before Ray starts or the results dir is made:
+    mlflow imports, MLflow takes the URI, a server or database answers there (strict: else one
+    line, exit 2; not strict, for a resume of a tracked run: a warning). uri None or False: no
+    tracking; True or "": a SQLite store in `folder`. name: the experiment unless given."""
+    if uri is None or uri is False:
+        if experiment:
+            raise UsageError("--mlflow-experiment needs --mlflow [URI]: it names the experiment to log to")
+        return None
+    try:
+        import mlflow  # noqa: F401
+    except ImportError:
+        if not strict:
+            log.warning("this run logged to MLflow, which is not installed here (%s): it goes on untracked", INSTALL)
+            return None
+        raise UsageError(f"--mlflow needs MLflow, which is not installed: {INSTALL}") from None
+    if not isinstance(uri, (str, bool)):
+        raise UsageError(f"--mlflow must be a tracking URI or True, got {type(uri).__name__}")
+    default = uri is True or uri == ""
+    target = Target(_normalise(str(folder) if default else uri, create=not default), experiment or name, default)
+    if not default:
+        _quiet_mlflow()
+        try:
+            _client(target.uri).search_experiments(max_results=1)
+        except Exception as exc:  # MlflowException, requests', SQLAlchemy's: whatever the store raises
+            line = f"--mlflow {target.uri}: no tracking server or database answers there ({_short(exc)})"
+            if strict:
+                raise UsageError(f"{line}: start it (mlflow server ...) or fix the URI") from None
+            log.warning("%s; the search goes on and logs there once it answers", line)
+    return target
+
+
+def _normalise(uri: str, create: bool) -> str:
+    """The URI as MLflow takes it, absolute (a --resume from another directory finds the same
+    store). A folder (or file:) becomes a SQLite store in it: MLflow 3 refuses its old folder store
+    unless MLFLOW_ALLOW_FILE_STORE is set, and recommends SQLite."""
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.split("+")[0].lower()  # postgresql+psycopg2: postgresql
+    if re.match(r"(https?|sqlite|file):(?!//)|(https?|sqlite)//", uri) or (not scheme and ":" in uri):
+        raise UsageError(f"--mlflow {uri}: not a tracking URI; give http://host:port, sqlite:///path/{DB} or a folder")
+    if scheme in ("", "file"):
+        folder = Path(parsed.path if scheme else uri).expanduser().absolute()
+        try:
+            if create:
+                folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--mlflow {uri}: cannot make folder {folder} ({exc.strerror or exc})") from None
+        return f"sqlite:///{folder / DB}"
+    if scheme in ("http", "https"):
+        try:
+            ok = bool(parsed.hostname) and (parsed.port or 1) > 0
+        except ValueError:  # a port that is not a number
+            ok = False
+        if not ok:
+            raise UsageError(f"--mlflow {uri}: a server's URI is http(s)://HOST[:PORT], e.g. http://127.0.0.1:5000")
+        return uri.rstrip("/")
+    if scheme == "sqlite":
+        path = uri.split(":///", 1)[1] if ":///" in uri else ""
+        if not path or path == ":memory:":
+            raise UsageError(f"--mlflow {uri}: give a database file, e.g. sqlite:///path/{DB}")
+        db = Path(path).expanduser().absolute()
+        if not db.parent.is_dir():
+            raise UsageError(f"--mlflow {uri}: folder {db.parent} does not exist")
+        return f"sqlite:///{db}"
+    if scheme in ("postgresql", "mysql", "mssql", "databricks"):
+        return uri
+    raise UsageError(f"--mlflow {uri}: unknown scheme {parsed.scheme!r}; give http(s)://host:port, "
+                     f"sqlite:///path/{DB}, postgresql://..., mysql://... or a folder")
+
+
+def _quiet_mlflow() -> None:
+    """MLflow's own retries off (Worker retries) and its requests short; no "View run" line on
+    stdout per run. Process-wide, so only where the user has not set them."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", str(max(1, int(setting("TIMEOUT_S")))))
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+
+
+def quiet_logs() -> None:
+    """For the commands: MLflow's INFO lines (a new database's tables, its migrations) say nothing a
+    user of tuning needs. MLflow sets its loggers' level when imported, from MLFLOW_LOGGING_LEVEL."""
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _short(exc: Exception) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _batches(metrics: list, per_batch: int = 1000):
+    """MLflow takes at most 1000 metrics a call. Cut between epochs only, so an epoch lands whole or
+    not at all (a log_batch is one transaction): a child's last step is then its last epoch logged."""
+    batch = []
+    for m in metrics:
+        if len(batch) >= per_batch and m.step != batch[-1].step:
+            yield batch
+            batch = []
+        batch.append(m)
+    if batch:
+        yield batch
+
+
+class Worker:
+    """A background thread that runs jobs in order, each tried RETRIES times; with `every`, `idle`
+    runs whenever no job came for that long. A job that fails is counted, never raised."""
+
+    def __init__(self, name: str, uri: str, idle=None, every: float | None = None, on_error=None):
+        _quiet_mlflow()
+        self.client, self.idle, self.every, self.on_error = _client(uri), idle, every, on_error
+        self.failures, self.first_error, self._deadline, self._jobs = 0, None, None, queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    def start(self) -> "Worker":
+        self._thread.start()
+        return self
+
+    def submit(self, job) -> None:
+        self._jobs.put(job)
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self.every)
+            except queue.Empty:
+                job = self.idle
+            if job is None:
+                return
+            tries = max(1, int(setting("RETRIES")))
+            for n in range(tries):
+                try:
+                    job()
+                    break
+                except Exception as exc:  # whatever the store raises: the search goes on regardless
+                    if not self.failures:
+                        log.warning("MLflow logging failed (%s); retrying in the background, the search goes on",
+                                    _short(exc))
+                    self.failures, self.first_error = self.failures + 1, self.first_error or _short(exc)
+                    if self.on_error:
+                        self.on_error()
+                    if n + 1 == tries or (self._deadline and time.monotonic() + 0.5 * 2 ** n > self._deadline):
+                        break
+                    time.sleep(0.5 * 2 ** n)
+
+    def close(self, timeout: float) -> None:
+        """Runs what was submitted, for at most `timeout` s, then no more retries."""
+        self._deadline = time.monotonic() + timeout
+        self._jobs.put(None)
+        self._thread.join(timeout)
+
+    def log(self, run_id: str, metrics=(), params=None, tags=None) -> None:
+        """log_batch within MLflow's limits: 100 params, 100 tags, 1000 metrics a call."""
+        from mlflow.entities import Param, RunTag
+
+        ps = [Param(k, str(v)[:6000]) for k, v in (params or {}).items()]
+        ts = [RunTag(k, str(v)[:8000]) for k, v in (tags or {}).items()]
+        for i in range(0, max(len(ps), len(ts)), 100):
+            self.client.log_batch(run_id, params=ps[i:i + 100], tags=ts[i:i + 100])
+        for batch in _batches(list(metrics)):
+            self.client.log_batch(run_id, metrics=batch)
+
+    def experiment(self, target: Target) -> str:
+        """The experiment's id, created where missing; a local store keeps its artifacts beside its
+        database (MLflow's default is ./mlruns wherever the command runs)."""
+        found = self.client.get_experiment_by_name(target.experiment)
+        if found is not None:
+            return found.experiment_id
+        where = None
+        if target.uri.startswith("sqlite:///"):
+            where = (Path(target.uri[len("sqlite:///"):]).parent / "mlartifacts").as_uri()
+        return self.client.create_experiment(target.experiment, artifact_location=where)
+
+    def children(self, experiment_id: str, parent: str) -> list:
+        runs, token = [], None
+        while True:
+            page = self.client.search_runs([experiment_id], f"tags.mlflow.parentRunId = '{parent}'",
+                                           max_results=1000, page_token=token, order_by=["attributes.start_time ASC"])
+            runs += list(page)
+            token = page.token
+            if not token:
+                return runs
+
+
+@dataclass
+class _Child:
+    run_id: str
+    step: int = 0  # the last epoch the server holds
+    params: bool = False  # its config is logged
+    status: str = "RUNNING"
+    tags: dict = field(default_factory=dict)
+
+
+_STATUS = {"TERMINATED": "FINISHED", "ERROR": "FAILED"}  # Tune's status -> MLflow's; the others run on
+_ENDS = {"finished": "FINISHED", "interrupted": "KILLED", "time budget spent": "KILLED"}  # a segment's; else FAILED
+
+
+class Tracker:
+    """A search's parent run and its trials' child runs, kept in step by a Worker. The driver calls
+    start, update (with the statuses, every 30 s) and finish; none of them raises."""
+
+    def __init__(self, target: Target, record, results_dir: Path, params: list[str]):
+        self.target, self.record, self.dir, self.params = target, record, Path(results_dir), params
+        self.experiment_id = self.parent = self.worker = None
+        self.known: dict[str, _Child] | None = None  # None: ask the server before the next log
+        self.statuses, self.rows, self.offset, self.final_ok = {}, {}, 0, False
+
+    def start(self) -> None:
+        """Opens the parent run before the first trial, so that run.json holds its id."""
+        self.worker = Worker("mlflow", self.target.uri, idle=self._sync, every=setting("EVERY_S"),
+                             on_error=self._forget)
+        try:
+            self._open_parent()  # here, before the thread starts: two parents must never race
+        except Exception as exc:  # down at this moment: the worker's first sync tries again
+            log.warning("MLflow: the parent run could not be opened (%s); trying again in the background",
+                        _short(exc))
+        self.worker.start()
+
+    def update(self, records: list[dict]) -> None:
+        self.statuses = {r["trial_id"]: r["status"] for r in records}
+
+    def finish(self, records: list[dict], trials, best, status: str) -> list[str]:
+        """The last sync (final statuses, the parent's results and artifacts), waited for at most
+        FLUSH_S; the summary's lines."""
+        self.worker.submit(lambda: self._final(records, trials, best, status))
+        self.worker.close(setting("FLUSH_S"))
+        return self.target.lines("search", "a child run per trial", self.parent, self.final_ok,
+                                 self.worker.first_error)
+
+    def abandon(self) -> None:
+        self.worker.close(0)
+
+    def _forget(self) -> None:
+        self.known = None  # after a failure the server may hold more than was noted
+
+    def _open_parent(self) -> None:
+        w, rec, mine = self.worker, self.record, self.record.mlflow or {}
+        self.experiment_id = w.experiment(self.target)
+        same = ((mine.get("uri") == self.target.uri or (mine.get("default") and self.target.default))
+                and mine.get("experiment") == self.target.experiment)
+        parent = mine.get("parent_run_id") if same else None
+        if parent is None and "'" not in str(self.dir):  # opened by a driver killed before run.json said so?
+            found = w.client.search_runs([self.experiment_id], f"tags.`tuning.results_dir` = '{self.dir}' and "
+                                         f"tags.`tuning.started` = '{rec.started}'", max_results=1)
+            parent = found[0].info.run_id if found else None
+        if parent is None:
+            parent = w.client.create_run(self.experiment_id, run_name=self.dir.name, tags={
+                "tuning.results_dir": str(self.dir), "tuning.started": rec.started or "", "tuning.kind": "search"
+            }).info.run_id
+            w.log(parent, params=_search_params(rec))
+        else:
+            w.client.update_run(parent, status="RUNNING")
+        w.log(parent, tags={"git_commit": rec.git_commit or "unknown", "data": (rec.data or {}).get("kind", ""),
+                            "tuning.status": "running", "resumes": rec.resumes, "extensions": len(rec.extensions),
+                            "num_samples_now": rec.num_samples})
+        self.parent = parent
+        rec.mlflow = {"uri": self.target.uri, "experiment": self.target.experiment, "default": self.target.default,
+                      "experiment_id": self.experiment_id, "parent_run_id": parent}
+
+    def _ask_server(self) -> dict[str, _Child]:
+        """Each trial's child run, found by its trial_id tag; its last epoch, the highest step of its
+        metric histories."""
+        known, c = {}, self.worker.client
+        for run in self.worker.children(self.experiment_id, self.parent):
+            tid = run.data.tags.get("trial_id")
+            if tid and tid not in known:
+                steps = [m.step for k in run.data.metrics for m in c.get_metric_history(run.info.run_id, k)]
+                known[tid] = _Child(run.info.run_id, max(steps, default=0), bool(run.data.params), run.info.status,
+                                    dict(run.data.tags))
+        return known
+
+    def _read_rows(self) -> dict[str, list[dict]]:
+        """The new whole lines of results.jsonl, where the driver appends every result as it arrives."""
+        try:
+            with open(self.dir / results.ROWS_FILE, "rb") as f:
+                f.seek(self.offset)
+                chunk = f.read()
+        except OSError:
+            return self.rows
+        whole = chunk[:chunk.rfind(b"\n") + 1]
+        self.offset += len(whole)
+        for line in whole.decode("utf-8", "replace").splitlines():
+            try:
+                row = json.loads(line)
+                self.rows.setdefault(row["trial_id"], []).append(row)
+            except (ValueError, KeyError, TypeError):
+                pass  # a line cut short by a crash: the tables skip it too
+        return self.rows
+
+    def _sync(self, records: list[dict] | None = None, table: dict | None = None) -> None:
+        """Every trial's child run brought up to date: from results.jsonl while the run goes, from
+        the final records (and the trials table's verdicts) at the end of a segment."""
+        if self.parent is None:
+            self._open_parent()
+        if self.known is None:
+            self.known = self._ask_server()
+        if records is None:
+            rows, statuses = self._read_rows(), dict(self.statuses)
+            configs = {t: r[-1].get("config") or {} for t, r in rows.items()}
+        else:
+            rows, statuses = {r["trial_id"]: r["rows"] for r in records}, {r["trial_id"]: r["status"] for r in records}
+            configs = {r["trial_id"]: r["config"] for r in records}
+        for tid in sorted(set(rows) | {t for t, s in statuses.items() if s != "PENDING"}):
+            if tid in configs:
+                self._sync_trial(tid, rows.get(tid, []), configs[tid], statuses.get(tid), (table or {}).get(tid),
+                                 final=records is not None)
+
+    def _sync_trial(self, tid: str, rows: list[dict], config: dict, status: str | None, row: dict | None,
+                    final: bool) -> None:
+        from mlflow.entities import Metric
+
+        w, child = self.worker, self.known.get(tid)
+        stamps = [int(r["timestamp"] * 1000) for r in rows if _is_number(r.get("timestamp"))]
+        if child is None:
+            run = w.client.create_run(self.experiment_id, start_time=min(stamps, default=None), run_name=tid,
+                                      tags={"mlflow.parentRunId": self.parent, "trial_id": tid})
+            child = self.known[tid] = _Child(run.info.run_id, tags={"trial_id": tid})
+        epochs = {}
+        for r in rows:  # an epoch's first report: one trained again after a resume is not sent again
+            if _is_number(r.get("training_iteration")) and r["training_iteration"] > child.step:
+                epochs.setdefault(int(r["training_iteration"]), r)
+        metrics = [Metric(k, float(v), int(r.get("timestamp", time.time()) * 1000), step)
+                   for step, r in sorted(epochs.items()) for k, v in r.items()
+                   if _is_number(v) and k not in results.TUNE_KEYS and k not in results.DIAGNOSTICS and k != "epoch"]
+        tags = {"status": status} if status else {}
+        if row is not None:  # the trials table's verdict, at the end of the segment
+            tags.update({"stopped_early": str(bool(row.get("stopped_early"))).lower(),
+                         "resumed_at": row.get("resumed_at") or "none", "failures": str(row.get("failures", 0)),
+                         "recomputed_epochs": str(row.get("recomputed_epochs", 0)),
+                         **({"failure": row["error"]} if row.get("error") else {})})
+        tags = {k: v for k, v in tags.items() if child.tags.get(k) != v}
+        w.log(child.run_id, params=None if child.params else {p: v for p, v in config.items() if p in self.params},
+              tags=tags)
+        child.params = True
+        child.tags.update(tags)
+        for batch in _batches(metrics):
+            w.client.log_batch(child.run_id, metrics=batch)
+            child.step = batch[-1].step
+        want = _STATUS.get(status, "KILLED" if final else "RUNNING") if status else child.status
+        if want == child.status:
+            return
+        if want == "RUNNING":
+            w.client.update_run(child.run_id, status="RUNNING")
+        else:  # ended when its last epoch did, not when the driver heard (every 30 s)
+            w.client.set_terminated(child.run_id, status=want, end_time=max(stamps) if stamps and want != "KILLED"
+                                    else None)
+        child.status = want
+
+    def _final(self, records, trials, best, status: str) -> None:
+        from mlflow.entities import Metric
+
+        self._sync(records, {r["trial_id"]: r for r in trials.to_dict("records")} if len(trials) else {})
+        rec, now = self.record, int(time.time() * 1000)
+        metrics = {k: v for k, v in (best.metrics if best else {}).items() if _is_number(v)}
+        metrics.update({"trials": rec.trials, "stopped_early": rec.stopped_early, "failed": rec.failed,
+                        "cpu_hours": rec.cpu_hours, "gpu_hours": rec.gpu_hours, "wall_time_s": rec.wall_time_s})
+        tags = {"tuning.status": status, "best_trial_id": best.trial_id if best else "none",
+                **({"best_note": best.note} if best and best.note else {})}
+        # Step: the segment (0, then 1 after a resume, ...), so a resumed search keeps each one's result.
+        self.worker.log(self.parent, tags=tags,
+                        metrics=[Metric(k, float(v), now, max(rec.resumes, 0)) for k, v in metrics.items()])
+        for name in ("best_config.json", "trials.csv", "report.html"):
+            if (self.dir / name).is_file():
+                self.worker.client.log_artifact(self.parent, str(self.dir / name))
+        self.worker.client.set_terminated(self.parent, status=_ENDS.get(status, "FAILED"))
+        self.final_ok = True
+
+
+def _search_params(rec) -> dict:
+    """The parent's params: what the search was asked to do. MLflow never changes a param, so what a
+    resume or an extension changes (samples) goes into tags."""
+    decl = {f"space.{k}": ", ".join(f"{f}={v}" for f, v in d.items()) for k, d in (rec.params or {}).items()}
+    res = rec.resources_per_trial or {}
+    return {"space": rec.space or "(in Python)", "trainer": rec.trainer, "strategy": rec.strategy, "seed": rec.seed,
+            "num_samples": rec.num_samples, "max_epochs": rec.max_epochs, "metric": rec.metric, "mode": rec.mode,
+            "cpus_per_trial": res.get("cpu"), "gpus_per_trial": res.get("gpu"),
+            "workers_per_trial": rec.workers_per_trial, "time_budget_s": rec.time_budget_s,
+            "smoke": bool(rec.smoke), **decl}
+
+
+class Comparison:
+    """A comparison's parent run with a child run per strategy x seed (its totals, and its
+    incumbent against the results it consumed); the report as the parent's artifacts. The parent's
+    id is kept in the output folder (mlflow.json): the command run again goes on under it."""
+
+    FILE = "mlflow.json"
+
+    def __init__(self, target: Target, name: str, out: Path, params: dict):
+        self.target, self.name, self.out, self.params = target, name, Path(out), params
+        self.parent = self.experiment_id = self.done = None
+        self.final_ok = False
+        self.worker = Worker("mlflow-compare", target.uri, on_error=self._forget).start()
+
+    def _forget(self) -> None:
+        self.done = None
+
+    def _open(self) -> None:
+        w, t = self.worker, self.target
+        saved = json.loads((self.out / self.FILE).read_text()) if (self.out / self.FILE).is_file() else {}
+        self.experiment_id = w.experiment(t)
+        if (saved.get("uri"), saved.get("experiment")) == (t.uri, t.experiment):
+            self.parent = saved["parent_run_id"]
+            w.client.update_run(self.parent, status="RUNNING")
+        else:
+            self.parent = w.client.create_run(self.experiment_id, run_name=self.name, tags={
+                "tuning.kind": "comparison", "tuning.out": str(self.out.absolute()),
+                "git_commit": results.git_commit() or "unknown"}).info.run_id
+            w.log(self.parent, params=self.params)
+        results.write_json(self.out / self.FILE, {"uri": t.uri, "experiment": t.experiment,
+                                                  "experiment_id": self.experiment_id, "parent_run_id": self.parent})
+
+    def run_done(self, run_id: str, strategy: str, seed: int, df, metric: str, mode: str) -> None:
+        """A strategy x seed run finished, or was kept from an earlier invocation: its child run."""
+        self.worker.submit(lambda: self._child(run_id, strategy, seed, df, metric, mode))
+
+    def _child(self, run_id: str, strategy: str, seed: int, df, metric: str, mode: str) -> None:
+        from mlflow.entities import Metric
+
+        w = self.worker
+        if self.parent is None:
+            self._open()
+        if self.done is None:  # what the server holds, after a failure too
+            self.done = {}
+            for r in w.children(self.experiment_id, self.parent):
+                if r.info.status != "FINISHED":  # cut short by a failure: logged again, whole
+                    w.client.delete_run(r.info.run_id)
+                else:
+                    self.done[r.data.tags.get("run_id")] = r.info.run_id
+        if run_id in self.done:
+            return
+        run = w.client.create_run(self.experiment_id, run_name=run_id, tags={
+            "mlflow.parentRunId": self.parent, "run_id": run_id, "strategy": strategy, "seed": str(seed)}).info.run_id
+        now, best, curve = int(time.time() * 1000), None, []
+        full = df["full_fidelity"] if "full_fidelity" in df else [True] * len(df)
+        for step, (value, whole) in enumerate(zip(df[metric] if metric in df else [], full), start=1):
+            if whole and _is_number(value) and (best is None or (value < best if mode == "min" else value > best)):
+                best = float(value)
+                curve.append(Metric(f"incumbent_{metric}", best, now, step))  # step: results consumed so far
+        n = len(df)
+        totals = {"results": n, "trials": df["trial_id"].nunique() if n else 0,
+                  "wall_s": df["wall_s"].max() if n else 0, "device_hours": df["device_hours"].max() if n else 0}
+        w.log(run, params={"strategy": strategy, "seed": seed},
+              metrics=curve + [Metric(k, float(v), now, 0) for k, v in totals.items()])
+        w.client.set_terminated(run, status="FINISHED")
+        self.done[run_id] = run
+
+    def finish(self, report: dict) -> list[str]:
+        """The report's files as the parent's artifacts, then its end; the lines to print."""
+        def end():
+            if self.parent is None:
+                self._open()
+            for path in report.values():
+                if Path(path).is_file():
+                    self.worker.client.log_artifact(self.parent, str(path))
+            self.worker.client.set_terminated(self.parent, status="FINISHED")
+            self.final_ok = True
+
+        self.worker.submit(end)
+        self.worker.close(setting("FLUSH_S"))
+        return self.target.lines("comparison", "a child run per strategy x seed", self.parent, self.final_ok,
+                                 self.worker.first_error)
