@@ -14,7 +14,7 @@ from cli_helpers import refused
 from conftest import ROOT
 from tuning import analysis, compare
 
-STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb")
+STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "tpe")  # experiments/counting_ones
 FILES = ["runs.csv", "runs.parquet", "experiment.json", "provenance.json", "report.md", "report.html",
          "report-anytime.png", "finals.csv"]
 
@@ -40,7 +40,8 @@ def test_smoke_comparison_writes_every_file(smoke):
     assert sorted(p.name for p in (out / "runs").glob("*.csv")) == sorted(
         f"{s}-s{seed}.csv" for s in STRATEGIES for seed in (0, 1))
     # Progress says which run of how many is going.
-    assert "[1/10] grid-s0: running" in proc.stdout and "[10/10] bohb-s1: done" in proc.stdout
+    runs = 2 * len(STRATEGIES)
+    assert f"[1/{runs}] grid-s0: running" in proc.stdout and f"[{runs}/{runs}] tpe-s1: done" in proc.stdout
 
 
 def test_strategy_runs_get_equal_budgets(smoke):
@@ -53,8 +54,7 @@ def test_strategy_runs_get_equal_budgets(smoke):
     kept = pd.concat(pd.read_csv(f) for f in (smoke[1] / "runs").glob("*.csv"))
     overshoot = kept.groupby("run_id")["consumed_budget"].max() - exp["budget"]
     assert (overshoot < 1).all(), overshoot.to_dict()  # never a whole trial's budget more
-    assert runs.groupby("run_id")["strategy"].first().value_counts().to_dict() == {
-        "grid": 2, "random": 2, "asha": 2, "hyperband": 2, "bohb": 2}
+    assert runs.groupby("run_id")["strategy"].first().value_counts().to_dict() == dict.fromkeys(STRATEGIES, 2)
 
 
 def test_every_run_is_tagged_and_no_epoch_trained_twice(smoke):
@@ -62,7 +62,7 @@ def test_every_run_is_tagged_and_no_epoch_trained_twice(smoke):
     assert set(runs["benchmark"]) == {"counting_ones"}
     assert set(zip(runs["strategy"], runs["seed"])) == {(s, k) for s in STRATEGIES for k in (0, 1)}
     assert not runs.duplicated(["run_id", "trial_id", "epoch"]).any()  # BOHB resumed, not restarted
-    for strategy in ("hyperband", "bohb"):  # resumed past a rung, not restarted
+    for strategy in ("hyperband", "bohb", "tpe"):  # resumed past a rung, not restarted
         paused = runs[runs["strategy"] == strategy]
         assert (paused.groupby(["run_id", "trial_id"])["training_iteration"].max() > 1).any()
 
@@ -114,7 +114,7 @@ def test_rerun_skips_finished_runs(smoke):
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")}
     proc = _compare("experiments/counting_ones", "--smoke", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.count("finished in an earlier invocation, kept") == 10
+    assert proc.stdout.count("finished in an earlier invocation, kept") == 2 * len(STRATEGIES)
     assert "running" not in proc.stdout
     assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")} == stamps
 
