@@ -137,6 +137,7 @@ def _checked_optimizers(run_dir) -> set[str]:
     return seen
 
 
+@pytest.mark.slow  # a CIFAR comparison through Ray; the optimizer tests above train for real in the default suite
 @pytest.mark.timeout(900)
 def test_a_bohb_smoke_run_trains_each_trial_with_its_own_optimizer(tmp_path):
     # experiments/cifar_wide's smoke, BOHB alone, on one full training's worth of epochs (three

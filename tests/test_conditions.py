@@ -145,9 +145,11 @@ def test_grid_runs_each_valid_combination_once_with_empty_inactive_cells(ray_her
     assert len({json.dumps(c, sort_keys=True) for c in configs}) == 10
 
 
-# random and hyperband draw as ASHA does (ConditionalTrials): make test-all runs them too.
-@pytest.mark.parametrize("strategy", [pytest.param("random", marks=pytest.mark.slow), "asha",
-                                      pytest.param("hyperband", marks=pytest.mark.slow), "bohb", "tpe"])
+# The default suite runs BOHB's model on conditions; random, ASHA and Hyperband share one path
+# (ConditionalTrials) and tpe runs in the counting-ones comparison (tests/test_compare.py):
+# make test-all runs them all here.
+@pytest.mark.parametrize("strategy", [pytest.param(s, marks=pytest.mark.slow) for s in ("random", "asha", "hyperband")]
+                         + ["bohb", pytest.param("tpe", marks=pytest.mark.slow)])
 def test_every_strategy_samples_inactive_parameters_as_absent(ray_here, tmp_path, strategy):
     """user_trainers.branches fails a trial that gets momentum under adamw or lacks it under sgd."""
     result = tuning.search(None, branch_space(num_samples=12), strategy=strategy, seed=3,
@@ -160,6 +162,7 @@ def test_every_strategy_samples_inactive_parameters_as_absent(ray_here, tmp_path
     assert valid(result.best.config) and all(valid(c) for c in _configs(trials))
 
 
+@pytest.mark.slow  # three searches: make test-all
 def test_warm_start_and_extension_carry_absent_values(ray_here, tmp_path):
     tuning.search(None, branch_space(num_samples=6), strategy="random", seed=0, results_dir=tmp_path / "a")
     runs = growth.earlier_runs([str(tmp_path / "a")], branch_space())

@@ -143,6 +143,7 @@ def _rank_view(*, split, rank, world_size, device, on_epoch):
             "y": split.y.tolist()}
 
 
+@pytest.mark.slow  # spawns DDP ranks; tests/test_ddp.py trains through them in the default suite
 @pytest.mark.timeout(180)
 def test_ddp_ranks_map_the_file_rather_than_receive_a_copy(tmp_path):
     src = _source(tmp_path)

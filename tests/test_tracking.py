@@ -310,6 +310,7 @@ def test_epochs_are_never_split_across_batches():
 
 # ---------------------------------------------------------------- last: it stops the module's server
 
+@pytest.mark.slow  # a second search against a server stopped under it: make test-all
 @pytest.mark.timeout(600)
 def test_a_server_stopped_mid_run_neither_stops_the_search_nor_loses_its_files(server, ray_here, tmp_path,
                                                                               monkeypatch):
