@@ -76,22 +76,6 @@ def server(tmp_path_factory):
     s.stop()
 
 
-@pytest.fixture(scope="module")
-def ray_here():
-    """A local Ray whose workers import the test trainers (tests/ on their PYTHONPATH), shared by
-    the in-process searches here, which leave it running."""
-    import ray
-
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), before or ""])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-    if before is None:
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = before
-
 
 def _client(uri):
     from mlflow.tracking import MlflowClient
