@@ -48,7 +48,7 @@ def valid(config: dict) -> bool:
 def test_a_declaration_that_cannot_mean_anything_is_refused(params, fixed, needle):
     with pytest.raises(SpaceError) as err:
         Space(params=params, fixed=fixed, trainer="counting_ones")
-    assert needle in str(err.value) and "parameter 'x'" in str(err.value) or "parameter 'a'" in str(err.value)
+    assert needle in str(err.value) and ("parameter 'x'" in str(err.value) or "parameter 'a'" in str(err.value))
 
 
 def test_a_bad_condition_in_a_space_file_exits_2_in_one_line(tmp_path, capsys):

@@ -101,6 +101,12 @@ def is_conditional(params: dict) -> bool:
     return any(p.when for p in params.values())
 
 
+def holds(declaration, config: dict) -> bool:
+    """Whether a declaration's conditions hold in `config`, which holds active parameters only
+    (a configuration being built parents first)."""
+    return all(parent in config and config[parent] in values for parent, values in (declaration.when or {}).items())
+
+
 def active(params: dict, config: dict) -> set[str]:
     """The parameters active in `config` (its values for inactive ones, if any, are ignored)."""
     on: set[str] = set()
@@ -128,8 +134,7 @@ def grid(params: dict, values: dict[str, list]) -> Iterator[dict]:
             yield {k: config[k] for k in params if k in config}
             return
         name = names[i]
-        when = params[name].when or {}
-        if all(parent in config and config[parent] in vals for parent, vals in when.items()):
+        if holds(params[name], config):
             for v in values[name]:
                 yield from walk(i + 1, {**config, name: v})
         else:

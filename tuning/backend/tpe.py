@@ -28,8 +28,7 @@ class DefineByRun:
     def __call__(self, trial) -> None:
         chosen: dict = {}
         for name in conditions.order(self.params):
-            when = self.params[name].when or {}
-            if all(parent in chosen and chosen[parent] in values for parent, values in when.items()):
+            if conditions.holds(self.params[name], chosen):
                 chosen[name] = _suggest(trial, name, self.params[name])
 
 
