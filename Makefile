@@ -18,7 +18,7 @@ test-all: $(VENV)/.installed
 
 # Every GPU measurement in one go (README: GPU check); without a GPU, the CPU side and exit 0.
 gpu-check: $(VENV)/.installed
-	$(PY) -m tuning.gpucheck $(ARGS)
+	$(PY) -m tuning.bench.gpucheck $(ARGS)
 
 install: $(VENV)/.installed
 

@@ -10,10 +10,10 @@ than the others.
 import ConfigSpace as CS
 import numpy as np
 import pytest
-from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
 
 from tuning import benchmarks as B
 from tuning import spaces
+from tuning.backend import bohb
 from tuning.backend.bohb import VectorisedBOHB
 
 BEST_LEADER = [int(np.argmin(losses)) for losses in B.LEADER_LOSS]
@@ -37,7 +37,7 @@ def _paired_run(seed: int, evaluations: int = 100, t: int = 9) -> tuple[list, li
         shares.append(_share_of_best(config))
         model_based.append(info["model_based_pick"])
         loss = B.paired_choices({k: int(v) for k, v in config.items()}, t, 27, seed)
-        model.new_result(_BOHBJobWrapper(loss, t, config))
+        bohb.observe(model, config, loss, t)
     return shares, model_based
 
 
@@ -68,7 +68,7 @@ def test_the_good_density_weighs_the_value_good_points_share_above_the_others():
     bad = ["v0", "v1", "v2", "v3", "v4"] * 3
     model = VectorisedBOHB(_five_values_space(), min_points_in_model=3, top_n_percent=50)
     for i, c in enumerate(good + bad[:14]):
-        model.new_result(_BOHBJobWrapper(float(i), 1, {"c": c, "x": 0.5}))
+        bohb.observe(model, {"c": c, "x": 0.5}, float(i), 1)
     kde = model.kde_models[1]["good"]
     density = [kde.pdf([v, 0.5]) for v in range(5)]  # vector: c's index, then x
     assert np.argmax(density) == 2, density
@@ -114,14 +114,14 @@ def test_one_value_choices_binary_ones_and_hpbandsters_own_get_config_run_on_the
     np.random.seed(0)
     for _ in range(12):
         config = dict(cs.sample_configuration())
-        model.new_result(_BOHBJobWrapper(float(config["x"]) - config["flag"], 1, config))
+        bohb.observe(model, config, float(config["x"]) - config["flag"], 1)
     assert model.kde_models
     model.random_fraction = 0
     with np.errstate(all="raise"):  # no 0/0 from the one-value choice
         picks = [model.get_config(1) for _ in range(20)]
     assert all(info["model_based_pick"] and c["only"] == "a" for c, info in picks)
     assert np.mean([c["flag"] for c, _ in picks]) > 0.7  # flag 1 lowers the loss by 1
-    # tuning.benchsched times HpBandSter's own proposal step on this model: it must still run.
+    # tuning.bench.sched times HpBandSter's own proposal step on this model: it must still run.
     config, info = BOHB.get_config(model, 1)
     assert info["model_based_pick"] and set(config) == {"only", "flag", "x"}
 

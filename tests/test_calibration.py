@@ -3,7 +3,8 @@ import math
 import pandas as pd
 import pytest
 
-from tuning import calibration, synthetic
+from tuning import synthetic
+from tuning.bench import calibration
 
 # Hand-made learning curves (validation accuracy at epochs 1, 2, 3) of a 3 x 2 grid.
 GOOD = {
@@ -96,7 +97,7 @@ def test_bad_folders_are_one_line_and_exit_2(tmp_path, capsys, setup, message):
     setup(tmp_path)
     assert calibration.main(["table", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()
-    assert message in err and err.startswith("tuning.calibration: error:") and "\n" not in err
+    assert message in err and err.startswith("tuning.bench.calibration: error:") and "\n" not in err
     assert not (tmp_path / "calibration.md").exists()
 
 

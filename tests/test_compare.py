@@ -12,7 +12,8 @@ import pytest
 
 from cli_helpers import refused
 from conftest import ROOT
-from tuning import analysis, compare
+from tuning import compare
+from tuning.report import analysis
 
 STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "tpe")  # experiments/counting_ones
 FILES = ["runs.csv", "runs.parquet", "experiment.json", "provenance.json", "report.md", "report.html",

@@ -108,8 +108,8 @@ def test_int_log_uniform():
 
 
 def test_bohb_model_fits_mixed_active_sets_and_never_proposes_an_inactive_parameter():
-    from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
 
+    from tuning.backend import bohb
     from tuning.backend.bohb import VectorisedBOHB
 
     # The conditional parameter first: HpBandSter's imputation skipped column 0.
@@ -122,7 +122,7 @@ def test_bohb_model_fits_mixed_active_sets_and_never_proposes_an_inactive_parame
     for _ in range(40):
         c = dict(cs.sample_configuration())
         loss = abs(np.log10(c["lr"]) + 2) + (c.get("a_momentum", 1.0) if c["optimizer"] == "sgd" else 0.5)
-        model.new_result(_BOHBJobWrapper(loss + 0.01 * rng.normal(), 1, c))
+        bohb.observe(model, c, loss + 0.01 * rng.normal(), 1)
     fitted = model.kde_models[1]
     assert np.isfinite(fitted["good"].data).all() and np.isfinite(fitted["bad"].data).all()
     proposals = [model.get_config(1) for _ in range(60)]

@@ -11,7 +11,8 @@ import torch
 from torchvision.datasets import CIFAR10
 
 from conftest import ROOT
-from tuning import calibration, data, synthetic
+from tuning import data, synthetic
+from tuning.bench import calibration
 
 
 def test_synthetic_round_trips_through_the_real_loader(synthetic_source):

@@ -60,53 +60,53 @@ def test_two_processes_loading_a_split_hold_one_copy_between_them(tmp_path):
 
 def test_mapped_values_are_bit_identical_to_decoding(tmp_path):
     src = _source(tmp_path)
-    decoded = data.load_train_val.__wrapped__(src, shared=False)
-    written = data.load_train_val.__wrapped__(src)  # decodes, writes the file, maps it
-    mapped = data.load_train_val.__wrapped__(src)  # maps the file another process wrote
+    decoded = data.read_train_val(src, shared=False)
+    written = data.read_train_val(src)  # decodes, writes the file, maps it
+    mapped = data.read_train_val(src)  # maps the file another process wrote
     assert _same(written, decoded) and _same(mapped, decoded)
     assert mapped[0].x.untyped_storage().data_ptr() == written[0].x.untyped_storage().data_ptr()  # one mapping
     assert data.node_cache(src).exists() and data._file_view(mapped[1].x).path == str(data.node_cache(src))
-    small = data.load_train_val.__wrapped__(src, 100, 20)  # smaller sizes: their own file, the same prefix
-    assert _same(small, data.load_train_val.__wrapped__(src, 100, 20, shared=False))
+    small = data.read_train_val(src, 100, 20)  # smaller sizes: their own file, the same prefix
+    assert _same(small, data.read_train_val(src, 100, 20, shared=False))
     assert data.node_cache(src, 100, 20) != data.node_cache(src)
 
 
 def test_a_cache_of_data_since_replaced_is_not_read_and_goes(tmp_path):
     src = _source(tmp_path / "a")
-    old = data.load_train_val.__wrapped__(src)
+    old = data.read_train_val(src)
     stale = data.node_cache(src)
     # The data is written again with other content under the same name (as a regeneration would).
     other = _source(tmp_path / "b", seed=1)
     shutil.copytree(other.root, src.root, dirs_exist_ok=True)
-    new = data.load_train_val.__wrapped__(src)
-    assert _same(new, data.load_train_val.__wrapped__(src, shared=False)) and not _same(new, old)
+    new = data.read_train_val(src)
+    assert _same(new, data.read_train_val(src, shared=False)) and not _same(new, old)
     assert data.node_cache(src) != stale and not stale.exists()
 
 
 def test_a_cache_that_cannot_be_written_leaves_each_process_its_own_copy(tmp_path, monkeypatch, caplog):
     src = _source(tmp_path)
-    decoded = data.load_train_val.__wrapped__(src, shared=False)
+    decoded = data.read_train_val(src, shared=False)
     caplog.clear()
 
     def full(path, write):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(data.atomic, "write_atomically", full)
-    got = data.load_train_val.__wrapped__(src)
+    got = data.read_train_val(src)
     assert _same(got, decoded) and data._file_view(got[0].x) is got[0].x  # not mapped
     assert [r.levelno for r in caplog.records] == [logging.WARNING] and "No space left on device" in caplog.text
     monkeypatch.undo()
     caplog.clear()
     shutil.rmtree(Path(src.root) / data.CACHE_DIR)  # the first attempt left its folder (and lock file)
     (Path(src.root) / data.CACHE_DIR).write_text("")  # no folder can be made there (as on a read-only disk)
-    assert _same(data.load_train_val.__wrapped__(src), decoded)
+    assert _same(data.read_train_val(src), decoded)
     assert [r.levelno for r in caplog.records] == [logging.WARNING] and "Not a directory" in caplog.text
 
 
 def test_sharing_off_decodes_as_before(tmp_path, monkeypatch):
     src = _source(tmp_path)
     monkeypatch.setenv(data.SHARED_ENV, "0")
-    train, _ = data.load_train_val.__wrapped__(src)
+    train, _ = data.read_train_val(src)
     assert data._file_view(train.x) is train.x and not (Path(src.root) / data.CACHE_DIR).exists()
 
 
@@ -124,8 +124,8 @@ def _smaps(path: Path) -> dict:
 
 def test_training_with_augmentation_never_writes_into_the_shared_split(tmp_path):
     src = _source(tmp_path)
-    shared = data.load_train_val.__wrapped__(src)
-    own = data.load_train_val.__wrapped__(src, shared=False)
+    shared = data.read_train_val(src)
+    own = data.read_train_val(src, shared=False)
     torch.set_num_threads(1)
     runs = []
     for train, val in (shared, own):

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.skipif(__import__("torch").cuda.is_available(), reason=
 
 
 def _check(*args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tuning.gpucheck", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "tuning.bench.gpucheck", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -43,7 +43,7 @@ def test_without_a_gpu_it_says_so_runs_the_cpu_side_and_exits_0(tmp_path):
 
 def test_bad_flags_and_an_earlier_check_are_one_line_and_exit_2(tmp_path):
     done = _check("--target-accuracy", "70")
-    assert done.returncode == 2 and done.stderr.strip() == ("tuning.gpucheck: error: --target-accuracy must be "
+    assert done.returncode == 2 and done.stderr.strip() == ("tuning.bench.gpucheck: error: --target-accuracy must be "
                                                             "in (0, 1], got 70")
     earlier = tmp_path / "earlier"
     earlier.mkdir()

@@ -147,7 +147,7 @@ def test_an_extended_asha_judges_new_trials_against_every_earlier_result(ray_mod
 def _busy_space(path, epochs=3, seconds=1.0):
     path.write_text(
         "from tuning.spaces import Space, Uniform\n"
-        f"SPACE = Space(params={{'x': Uniform(0.0, 1.0, grid=100)}}, trainer='tuning.bench:busy',\n"
+        f"SPACE = Space(params={{'x': Uniform(0.0, 1.0, grid=100)}}, trainer='tuning.bench.harness:busy',\n"
         f"              fixed={{'seconds': {seconds}}}, strategy='random', num_samples=60, max_epochs={epochs},\n"
         "              cpus_per_trial=1, gpus_per_trial=0)\n")
     return str(path)

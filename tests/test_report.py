@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from report_helpers import assert_renders_in_chromium, needs_chromium
-from tuning import analysis, report
+from tuning.report import analysis
+from tuning.report import comparison as report
 
 DIMS, MAX_T, BUDGET = 8, 3, 12  # counting ones with 8 dims; 3 iterations = 1 full evaluation
 

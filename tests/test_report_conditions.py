@@ -1,4 +1,4 @@
-"""The run report of a conditional space (tuning.runreport, tuning.runplots): from one real grid run
+"""The run report of a conditional space (tuning.report.runreport, tuning.report.runplots): from one real grid run
 over tests/test_conditions.py's branch space, where momentum and nesterov exist under sgd only and
 width is an IntLogUniform. The report is written, leaves absent values out or marks them, and says
 what it did with them; the comparison report's best configurations print "—" for them."""
@@ -12,7 +12,7 @@ import pytest
 
 import tuning
 from test_conditions import branch_space
-from tuning import analysis, runplots, runreport
+from tuning.report import analysis, runplots, runreport
 
 SAID = "momentum and nesterov are set in 8 of these 10 trials (only when optimizer = sgd)"
 

@@ -1,4 +1,4 @@
-"""The report of one tuning.run (tuning.runreport): from a real counting-ones run through the CLI
+"""The report of one tuning.run (tuning.report.runreport): from a real counting-ones run through the CLI
 (seconds), from a live run through tuning.backend with a 1 s cadence, and from plain records
 covering every way a trial can end."""
 
@@ -18,7 +18,9 @@ import pytest
 
 from conftest import run_cli
 from report_helpers import assert_renders_in_chromium, dom_in_chromium, needs_chromium
-from tuning import report, results, runplots, runreport, spaces
+from tuning import results, spaces
+from tuning.report import comparison as report
+from tuning.report import runplots, runreport
 from tuning.record import RunRecord
 
 TESTS = Path(__file__).resolve().parent

@@ -155,7 +155,8 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
 
 def _execute(space, rec, source, folder: Path, *, resume: bool, add_samples: int = 0, keep_ray: bool,
              track: tracking.Target | None = None):
-    from tuning import runreport, session
+    from tuning import session
+    from tuning.report import runreport
 
     if source is not None:
         log.warning(session.data_banner({"kind": source.kind, "root": source.root}))

@@ -26,7 +26,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from tuning import analysis, backend, cli, data, growth, replay, report, results, spaces, tracking
+from tuning import backend, cli, data, growth, replay, results, spaces, tracking
+from tuning.report import analysis
+from tuning.report import comparison as report
 from tuning.cli import UsageError
 
 log = logging.getLogger("tuning.compare")

@@ -258,11 +258,10 @@ def _to_tensors(ds, index: np.ndarray | None = None) -> Split:
     return Split(x.sub_(mean).div_(std).contiguous(), torch.from_numpy(y).long())
 
 
-@functools.lru_cache(maxsize=2)
-def load_train_val(source: DataSource, max_train: int | None = None, max_val: int | None = None,
+def read_train_val(source: DataSource, max_train: int | None = None, max_val: int | None = None,
                    shared: bool | None = None) -> tuple[Split, Split]:
-    """The fixed, seeded train/validation split of the 50k training images, cached per process.
-    max_train/max_val take a prefix of each part (smoke runs), keeping the split itself fixed.
+    """The fixed, seeded train/validation split of the 50k training images, read afresh (load_train_val
+    is the same, cached per process: what a trial calls). max_train/max_val take a prefix of each part (smoke runs), keeping the split itself fixed.
 
     shared (default: on, unless TUNING_SHARED_DATA=0): the images are mapped from the node's cache
     file (node_cache), written by the first process that needs it; every process on the node then
@@ -273,6 +272,10 @@ def load_train_val(source: DataSource, max_train: int | None = None, max_val: in
     if not shared:
         return _decode_train_val(source, max_train, max_val)
     return _shared_train_val(source, max_train, max_val)
+
+
+# A trial reuses its process's split: a reused actor's next trial, and every epoch, skip the read.
+load_train_val = functools.lru_cache(maxsize=2)(read_train_val)
 
 
 def _decode_train_val(source: DataSource, max_train: int | None, max_val: int | None) -> tuple[Split, Split]:
@@ -297,7 +300,7 @@ def load_test(source: DataSource, max_test: int | None = None) -> Split:
 # float32 split (553 MB for the 45,000 training images). Written once per node beside the data and
 # mapped by every process, the pages sit once in the page cache whoever reads them: Tune trials,
 # DDP ranks (tuning.distributed: they map the file too, rather than copying the split into shared
-# memory per trial), tuning.calibration's workers; and a later run on the node skips the decoding.
+# memory per trial), tuning.bench.calibration's workers; and a later run on the node skips the decoding.
 # Ray's object store (tune.with_parameters) would share it within one Ray job only, not with the
 # DDP ranks a trial spawns (they would get a copy in shared memory per trial), and would count it
 # against the store's fixed size; it also needs the backend to pass it, where this needs nothing.

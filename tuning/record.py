@@ -7,6 +7,7 @@ GPU steps read it back through ``read``, which turns a missing or damaged file i
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import json
 from dataclasses import dataclass, field
@@ -113,6 +114,22 @@ def read(run_dir: Path, what: str = "") -> RunRecord:
     if missing:
         raise RecordError(f"{where}{run_dir / FILE} lacks {missing}: not a {FILE} a tuning run wrote")
     return RunRecord.from_json(data)
+
+
+def reported_metrics(run_dir: Path, what: str = "") -> list[str]:
+    """The metrics a finished run's trainer reported: the columns of its epochs.csv that are neither a
+    parameter nor bookkeeping, from run.json and the table's header only (tuning.spaces asks whenever
+    a Space names a replay of the run, so this stays cheap)."""
+    rec = read(run_dir, what)
+    path = Path(run_dir) / "epochs.csv"
+    try:
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+    except OSError:
+        raise RecordError(f"{what + ': ' if what else ''}{run_dir} has no readable epochs.csv (the run is "
+                          f"{rec.status!r}): a run writes its tables when it ends") from None
+    params = rec.params or rec.declaration.get("params") or {}
+    return [c for c in header if c not in params and results.is_metric(c)]
 
 
 def exists(run_dir: Path) -> bool:

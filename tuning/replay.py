@@ -44,7 +44,6 @@ PREFIX = "replay:"
 # arrive in the recorded order; one replayed 16 x 16 grid took 22 to 63 s on the 2-core machine.
 TIME_SCALE = 1e-3
 FIXED = ("time_scale",)  # the only fixed argument a replay takes
-_KEYS = {"trial_id", "training_iteration", "epoch"}  # columns of epochs.csv that are neither metric nor param
 
 
 class ReplayError(TuningError):
@@ -108,18 +107,6 @@ def _csv(path: Path, **kwargs) -> pd.DataFrame:
         raise ReplayError(f"cannot read {path} ({reason})") from None
 
 
-def _metric_columns(columns, params) -> list[str]:
-    return [c for c in columns if c not in _KEYS and c not in params and c not in results.DIAGNOSTICS
-            and c not in results.TUNE_KEYS]
-
-
-def metrics(folder: str, what: str = "") -> list[str]:
-    """The metrics a recorded run's trainer reported, from run.json and epochs.csv's header only:
-    tuning.spaces asks for them whenever a Space naming the replay is made."""
-    rec, params, path = _record(folder, what or f"trainer {PREFIX}{folder}")
-    return _metric_columns(_csv(path, nrows=0).columns, params)
-
-
 def read(folder: str, what: str = "") -> Recorded:
     """The recorded run in `folder`; what it lacks is one line, opened by `what` (a flag, a trainer)."""
     what = what or f"trainer {PREFIX}{folder}"
@@ -131,7 +118,7 @@ def read(folder: str, what: str = "") -> Recorded:
     epochs = epochs[epochs[rec.metric].notna() & epochs["training_iteration"].notna()]
     if epochs.empty:
         raise ReplayError(f"{what}: {path} holds no epoch with a {rec.metric}: there is nothing to replay")
-    names = _metric_columns(epochs.columns, params)
+    names = [c for c in epochs.columns if c not in params and results.is_metric(c)]
     ids, configs, curves = [], [], []
     for trial_id, rows in epochs.groupby("trial_id", sort=False):
         first = rows.iloc[0]

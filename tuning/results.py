@@ -43,6 +43,11 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def is_metric(name: str) -> bool:
+    """Whether a result's key can be a trainer's metric: neither Tune's own, a diagnostic, nor the epoch."""
+    return name not in TUNE_KEYS and name not in DIAGNOSTICS and name != "epoch"
+
+
 def metric_keys(records: list[dict], metric: str) -> list[str]:
     """The metrics the trainers reported, the space's first: every numeric key of their rows that is
     neither Tune's nor a diagnostic, in the order they first appear."""
@@ -50,7 +55,7 @@ def metric_keys(records: list[dict], metric: str) -> list[str]:
     for rec in records:
         for row in rec["rows"]:
             for k, v in row.items():
-                if _number(v) and k not in TUNE_KEYS and k not in DIAGNOSTICS and k != "epoch":
+                if _number(v) and is_metric(k):
                     keys.setdefault(k, None)
     return list(keys)
 

@@ -154,7 +154,7 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
     """Run the record's search (a first segment, or a resume adding add_samples trials) and write
     its files. on_start is called once run.json says the run is running, before the first trial.
     Ray is stopped at the end unless keep_ray. track: log to MLflow too (tuning.tracking)."""
-    from tuning import runreport  # matplotlib, scipy: only for a run that goes ahead
+    from tuning.report import runreport  # matplotlib, scipy: only for a run that goes ahead
 
     space = with_precision(space, record)
     started = time.time()

@@ -242,10 +242,10 @@ def trainer_metrics(trainer) -> set[str] | None:
     if trainer == "cifar":
         return CIFAR_METRICS
     if trainer.startswith("replay:"):  # a finished run's recorded curves (tuning/replay.py): what it recorded
-        from tuning import replay
+        from tuning import record
 
         try:
-            return set(replay.metrics(replay.folder_of(trainer)))
+            return set(record.reported_metrics(Path(trainer[len("replay:"):]), f"trainer {trainer}"))
         except TuningError as exc:
             raise SpaceError(str(exc)) from None
     if ":" in trainer:

@@ -397,7 +397,7 @@ class Tracker:
                 epochs.setdefault(int(r["training_iteration"]), r)
         metrics = [Metric(k, float(v), int(r.get("timestamp", time.time()) * 1000), step)
                    for step, r in sorted(epochs.items()) for k, v in r.items()
-                   if _is_number(v) and k not in results.TUNE_KEYS and k not in results.DIAGNOSTICS and k != "epoch"]
+                   if _is_number(v) and results.is_metric(k)]
         tags = {"status": status} if status else {}
         if row is not None:  # the trials table's verdict, at the end of the segment
             tags.update({"stopped_early": str(bool(row.get("stopped_early"))).lower(),

@@ -79,6 +79,12 @@ class PaperBOHB(TuneBOHB):
         super().on_trial_complete(trial_id, result, error)
 
 
+def observe(model: BOHB, config: dict, loss: float, budget: float) -> None:
+    """Give HpBandSter's model one result (lower loss is better), in the job form it reads: what
+    the bench and the tests feed a model directly, without Tune."""
+    model.new_result(_BOHBJobWrapper(loss, budget, config))
+
+
 def categorical_bandwidth(n: int, k: np.ndarray | int) -> np.ndarray:
     """The probability a categorical kernel puts on the other k - 1 values, fitted to n points:
     Optuna's TPE kernel (optuna/samplers/_tpe/parzen_estimator.py), which weights the observed value
@@ -101,7 +107,7 @@ class MixedKDE:
     (measured in docs/strategies.md). It also counts only the values present in the data, so what
     an absent value gets depends on how many others the points have. Same attributes as
     KDEMultivariate (data, bw, pdf), so HpBandSter's own get_config still runs on it
-    (tuning.benchsched times it)."""
+    (tuning.bench.sched times it)."""
 
     def __init__(self, data: np.ndarray, bw: np.ndarray, vartypes: np.ndarray):
         self.data, self.vartypes = np.asarray(data, dtype=float), vartypes

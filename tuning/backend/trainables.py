@@ -42,7 +42,9 @@ _RECENT_MAX = 4
 TOKEN_FILE = "state.token"
 
 
-def _remember(state: dict, directory: str) -> None:
+def remember(state: dict, directory: str) -> None:
+    """Keep a copy of the state just checkpointed to `directory`, so that a trial resumed in this
+    process (a reused actor) recalls it instead of reading the file back."""
     token = uuid.uuid4().hex
     (Path(directory) / TOKEN_FILE).write_text(token)
     # A copy: training goes on updating the tensors (or a model object) the trainer handed over.
@@ -51,7 +53,8 @@ def _remember(state: dict, directory: str) -> None:
         _RECENT.popitem(last=False)
 
 
-def _recalled(directory: Path) -> dict | None:
+def recalled(directory: Path) -> dict | None:
+    """The state remember() kept for the checkpoint in `directory`, or None: another process wrote it."""
     try:
         return _RECENT.get((directory / TOKEN_FILE).read_text())
     except OSError:
@@ -71,7 +74,7 @@ def restore(checkpoint) -> tuple[dict | None, int]:
     for path in candidates:
         try:
             if path.is_dir():
-                state = _recalled(path) or trainer.read_checkpoint(path)
+                state = recalled(path) or trainer.read_checkpoint(path)
                 epoch = _epochs_held(path, state)
             else:  # remote storage: Tune downloads the latest
                 with checkpoint.as_directory() as d:
@@ -186,7 +189,7 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
             except Exception as exc:  # pickling errors come in many types
                 raise TypeError(contract.unsaveable(exc)) from exc
             (Path(d) / EPOCH_FILE).write_text(str(reported[0]))
-            _remember(state, d)
+            remember(state, d)
             tune.report({**metrics, "diverged": False}, checkpoint=tune.Checkpoint.from_directory(d))
 
     return report

@@ -1,6 +1,6 @@
 """Rendering a report's blocks, the one format both reports are built in: a list of (kind, *content)
 tuples, kind one of h1, h2, banner, p, ul, img, table, written as Markdown or as one HTML page
-with its images inlined. Used by tuning.report (comparisons) and tuning.runreport (a run)."""
+with its images inlined. Used by tuning.report (comparisons) and tuning.report.runreport (a run)."""
 
 from __future__ import annotations
 

@@ -15,20 +15,17 @@ shared machine drift. Sections:
              beyond the first; with every trial decoding its own copy, then with one copy per node
   scheduler  epochs recomputed under BOHB; trial-seconds spent in trials ASHA later stopped; what a
              pause and resume costs and what made it cheap; Hyperband's and BOHB's wall time
-             against ASHA's (tuning/benchsched.py)
+             against ASHA's (tuning/bench/sched.py)
   ddp        epoch time at 1 vs 2 CPU ranks, the cost of starting a trial's ranks, and the share
              of a DDP step spent communicating
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import statistics
 import sys
-import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -37,93 +34,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from tuning import cli, data, distributed, results, spaces, trainer
-
-GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50",
-         "throughput_ratio_bs128": ">= 0.95", "throughput_ratio_bs512": ">= 0.95",
-         "rss_growth_epoch2_to_last_mb": "no growth", "bohb_recomputed_epochs": "0",
-         "harness_minus_raw_tune_overhead": "<= 0.05", "added_per_trial_mb_shared": "<= 400"}
-
-
-def synthetic(n_train: int):
-    """Synthetic CIFAR-10 with at least n_train training images beside a validation tenth, under ./data."""
-    src = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=max(n_train + n_train // 9, 5000),
-                       synthetic_test=1000)
-    return src
-
-
-def run_tune(space, strategy: str, *, num_samples: int, max_epochs: int, cpus: float, source=None,
-             max_train=None, max_val=None, **spec):
-    """One experiment through the same backend.run path as tuning.run; returns the recorder."""
-    import tempfile
-
-    from tuning import backend
-
-    backend.start_ray()
-    rec = backend.recorder()
-    with tempfile.TemporaryDirectory() as d:
-        spec = backend.RunSpec(space=space, strategy=strategy, num_samples=num_samples, max_epochs=max_epochs,
-                               seed=0, cpus_per_trial=cpus, gpus_per_trial=0, source=source, results_dir=Path(d),
-                               max_train=max_train, max_val=max_val, progress=False, callbacks=[rec], **spec)
-        started = time.perf_counter()
-        backend.run(spec)
-        rec.wall_s = time.perf_counter() - started
-    return rec
-
-
-def run_raw_tune(n: int, seconds: float, *, loggers: bool = True):
-    """The overhead workload through a plain ``tune.run(..., reuse_actors=True)``: Ray's own cost,
-    the peer of our harness's. Tune's defaults otherwise (adaptive experiment snapshots; its
-    per-trial loggers unless loggers=False), in the Ray the bench started; returns the recorder."""
-    from ray import tune
-
-    from tuning import backend
-
-    backend.start_ray()
-    rec = backend.recorder()  # only notes starts and results, as it does for run_tune
-    before = os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS")
-    if not loggers:
-        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-    try:
-        with tempfile.TemporaryDirectory() as d:
-            started = time.perf_counter()
-            tune.run(_raw_busy(), config={"x": tune.uniform(0.0, 1.0), "seconds": seconds}, num_samples=n,
-                     resources_per_trial={"cpu": 1}, reuse_actors=True, storage_path=d, verbose=0,
-                     callbacks=[rec])
-            rec.wall_s = time.perf_counter() - started
-    finally:
-        if before is None:
-            os.environ.pop("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", None)
-        else:
-            os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = before
-    return rec
-
-
-def _raw_busy():
-    """Ray's release-test trainable: `seconds` of CPU work, one result, no checkpoint. Made inside
-    a function so that cloudpickle sends it by value: a trial process imports Ray and nothing of
-    ours (tuning.bench imports torch), as a user's script would."""
-
-    def busy_raw(config):
-        import time
-
-        from ray import tune
-
-        end = time.process_time() + config["seconds"]
-        while time.process_time() < end:
-            pass
-        tune.report({"loss": config["x"]})
-
-    return busy_raw
-
-
-def busy(*, x: float, seconds: float, epochs: int, state=None, on_epoch=None, **_):
-    """The harness benchmark's trial: `seconds` of CPU work per epoch, nothing else."""
-    for epoch in range(int(state["epoch"]) if state else 0, epochs):
-        end = time.process_time() + seconds
-        while time.process_time() < end:
-            pass
-        on_epoch({"loss": x, "epoch": epoch + 1}, {"epoch": epoch + 1})
-
+from tuning.bench.harness import row, run_raw_tune, run_tune, synthetic, write_rows
+from tuning.bench.memory import bench_memory, bench_node_memory
 
 # ---------------------------------------------------------------- overhead, trial, scheduler
 
@@ -133,7 +45,7 @@ def bench_overhead(quick: bool) -> list[dict]:
 
     n, t = (20, 0.2) if quick else (100, 0.5)
     cpus = os.cpu_count() or 1
-    space = Space(params={"x": Uniform(0.0, 1.0)}, trainer="tuning.bench:busy", fixed={"seconds": t},
+    space = Space(params={"x": Uniform(0.0, 1.0)}, trainer="tuning.bench.harness:busy", fixed={"seconds": t},
                   gpus_per_trial=0)
     rec = run_tune(space, "random", num_samples=n, max_epochs=1, cpus=1)
     logged = run_tune(space, "random", num_samples=n, max_epochs=1, cpus=1, tune_logs=True)
@@ -176,14 +88,14 @@ def bench_trial(quick: bool) -> list[dict]:
 
 
 def bench_scheduler(quick: bool) -> list[dict]:
-    from tuning import benchsched  # its own module: the scheduler's costs, through Ray and HpBandSter
+    from tuning.bench import sched  # its own module: the scheduler's costs, through Ray and HpBandSter
 
-    return benchsched.bench_scheduler(quick)
+    return sched.bench_scheduler(quick)
 
 
 # ---------------------------------------------------------------- the trainer alone
 
-def _bare_loop(train, batch: int, threads: int, epochs: int = 3, device: str = "cpu",
+def bare_loop(train, batch: int, threads: int, epochs: int = 3, device: str = "cpu",
                precision: str = "fp32", width: int = 16) -> float:
     """The reference: the same model, data, batch size, threads and precision in the plainest
     PyTorch loop (no augmentation, no evaluation); images/s of its fastest epoch after the first.
@@ -223,7 +135,7 @@ def bench_throughput(quick: bool) -> list[dict]:
         trainer.train_cifar(lr=1e-3, batch_size=batch, epochs=3, train=train, val=val,
                             on_epoch=lambda m, s: seen.append(m))
         # The fastest of epochs 2-3 on each side: a shared machine only ever slows a run down.
-        mine, bare = max(m["images_per_s"] for m in seen[1:]), _bare_loop(train, batch, cpus)
+        mine, bare = max(m["images_per_s"] for m in seen[1:]), bare_loop(train, batch, cpus)
         detail = f"{n} images, {cpus} threads, fastest of epochs 2-3"
         rows += [row("throughput", f"trainer_images_per_s_bs{batch}", mine, "img/s", detail),
                  row("throughput", f"bare_loop_images_per_s_bs{batch}", bare, "img/s", detail),
@@ -235,14 +147,14 @@ def bench_data(quick: bool) -> list[dict]:
     n = 10_000 if quick else 50_000
     src = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=n, synthetic_test=1000)
     t = time.perf_counter()
-    train, _ = data.load_train_val.__wrapped__(src, shared=False)
+    train, _ = data.read_train_val(src, shared=False)
     first = time.perf_counter() - t
     data.node_cache(src).unlink(missing_ok=True)  # the node's copy, written anew: what a node's first trial pays
     t = time.perf_counter()
-    data.load_train_val.__wrapped__(src, shared=True)
+    data.read_train_val(src, shared=True)
     write = time.perf_counter() - t
     t = time.perf_counter()
-    data.load_train_val.__wrapped__(src, shared=True)
+    data.read_train_val(src, shared=True)
     mapped = time.perf_counter() - t
     data.load_train_val(src)
     t = time.perf_counter()
@@ -263,131 +175,6 @@ def bench_data(quick: bool) -> list[dict]:
                 "the split mapped from the node's data file: every later trial process on the node"),
             row("data", "load_cached_ms", 1000 * cached, "ms", "the same call again in the same process"),
             row("data", "augment_per_epoch_s", aug, "s", f"flip + translate, batches of 256; {detail}")]
-
-
-def bench_memory(quick: bool) -> list[dict]:
-    epochs, n = (4, 512) if quick else (10, 1024)
-    rec = run_tune(spaces.load("cifar_asha"), "random", num_samples=1, max_epochs=epochs, cpus=os.cpu_count() or 1,
-                   source=synthetic(n), max_train=n, max_val=256)
-    rss = [r["rss_mb"] for r in rec.rows]
-    detail = f"one CIFAR trial, {epochs} epochs on {n:,} images"
-    return [row("memory", "trial_peak_rss_mb", max(r["peak_rss_mb"] for r in rec.rows), "MB", detail),
-            row("memory", "rss_growth_epoch2_to_last_mb", rss[-1] - rss[1], "MB", detail)]
-
-
-# ---------------------------------------------------------------- node memory
-
-_FIGURES = ("pss", "uss", "data", "store")
-
-
-def _process_memory(pids) -> dict[str, float]:
-    """PSS and USS (MB) of these processes together, and the PSS of their mappings of the node's
-    data files (tuning.data.node_cache) and of Ray's object store (plasma). PSS counts a page shared
-    by n processes as 1/n in each, so the sum over processes counts it once; RSS would count it n
-    times. One pass over /proc/PID/smaps each (psutil's memory_maps took a third of a core here)."""
-    out = dict.fromkeys(_FIGURES, 0.0)
-    for pid in pids:
-        kind = None
-        with open(f"/proc/{pid}/smaps") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    mb = int(line.split()[1]) / 1024
-                    out["pss"] += mb
-                    if kind:
-                        out[kind] += mb
-                elif line.startswith(("Private_Clean:", "Private_Dirty:")):
-                    out["uss"] += int(line.split()[1]) / 1024
-                elif not line[0].isupper():  # a mapping's first line: "start-end perms offset dev inode [path]"
-                    kind = "data" if f"/{data.CACHE_DIR}/" in line else "store" if "plasma" in line else None
-    return out
-
-
-class MemorySampler(threading.Thread):
-    """Every `every_s`, the memory of each busy Ray worker process of this process's Ray (title
-    "ray::...", not idle) with its own children (a trial's DDP ranks): samples[i][pid] =
-    _process_memory's figures. No Ray calls: processes by parentage and title, through psutil."""
-
-    def __init__(self, every_s: float):
-        super().__init__(daemon=True)
-        self.every_s, self.samples, self._done = every_s, [], threading.Event()
-
-    def run(self) -> None:
-        import psutil
-
-        me = psutil.Process()
-        while not self._done.wait(self.every_s):
-            sample = {}
-            for p in me.children(recursive=True):  # the local Ray this process started, and nobody else's
-                try:
-                    title = (p.cmdline() or [""])[0]
-                    if title.startswith("ray::") and not title.startswith("ray::IDLE"):
-                        sample[p.pid] = _process_memory([p.pid, *(c.pid for c in p.children(recursive=True))])
-                except (psutil.Error, OSError):  # gone meanwhile
-                    continue
-            self.samples.append(sample)
-
-    def peak(self, pids: set[int]) -> dict[str, float]:
-        """The sample where these processes together held the most (PSS), summed over them."""
-        sums = [{k: sum(s[p][k] for p in pids if p in s) for k in _FIGURES} for s in self.samples]
-        return max(sums, key=lambda m: m["pss"], default=dict.fromkeys(_FIGURES, 0.0))
-
-    def stop(self) -> None:
-        self._done.set()
-        self.join()
-
-
-def bench_node_memory(quick: bool) -> list[dict]:
-    """1, 2 and 4 CIFAR trials of one epoch at once, all on the full data, each mode with a Ray of
-    its own (the trial processes read TUNING_SHARED_DATA from the environment Ray started with):
-    every process decoding its own copy (before), then one copy per node (after)."""
-    from tuning import backend
-
-    cpus = os.cpu_count() or 1
-    if quick:
-        source = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=2000, synthetic_test=200)
-        counts, what = (1, 2), "2,000 synthetic images"
-    elif data.has_cifar10("data"):
-        source, counts, what = data.DataSource("cifar10", str(Path("data").absolute())), (1, 2, 4), "CIFAR-10"
-    else:
-        source = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=50_000, synthetic_test=1000)
-        counts, what = (1, 2, 4), "50,000 synthetic images (CIFAR-10's format and size)"
-    modes = ("unshared",) if not data.sharing_on() else ("unshared", "shared")  # --no-shared-data: before only
-    before = os.environ.get(data.SHARED_ENV)
-    rows = []
-    try:
-        for mode in modes:
-            backend.stop_ray()
-            os.environ[data.SHARED_ENV] = "1" if mode == "shared" else "0"
-            peaks = {}
-            for k in counts:
-                sampler = MemorySampler(0.5 if quick else 1.0)
-                sampler.start()
-                try:
-                    rec = run_tune(spaces.load("cifar_asha"), "random", num_samples=k, max_epochs=1, cpus=cpus / k,
-                                   source=source)
-                finally:
-                    sampler.stop()
-                peaks[k] = sampler.peak({r["pid"] for r in rec.rows})
-            for k, m in peaks.items():
-                detail = (f"PSS of the trial processes together at their peak, {mode}: {k} CIFAR trial(s) of 1 epoch "
-                          f"at once on {what}, {cpus / k:g} CPUs each")
-                rows += [row("node_memory", f"trials_pss_mb_{k}_{mode}", m["pss"], "MB", detail),
-                         row("node_memory", f"trials_uss_mb_{k}_{mode}", m["uss"], "MB",
-                             "USS at that moment: pages one process alone holds")]
-            top = max(counts)
-            rows += [row("node_memory", f"data_file_pss_mb_{top}_{mode}", peaks[top]["data"], "MB",
-                         f"of trials_pss_mb_{top}_{mode}: the node's mapped data file (one copy for all)"),
-                     row("node_memory", f"object_store_pss_mb_{top}_{mode}", peaks[top]["store"], "MB",
-                         f"of trials_pss_mb_{top}_{mode}: Ray's object store mapped by the trials"),
-                     row("node_memory", f"added_per_trial_mb_{mode}", (peaks[top]["pss"] - peaks[1]["pss"]) / (top - 1),
-                         "MB", f"(trials_pss_mb_{top} - trials_pss_mb_1) / {top - 1}, {mode}")]
-    finally:
-        backend.stop_ray()  # the next section's Ray starts with the environment as it was
-        if before is None:
-            os.environ.pop(data.SHARED_ENV, None)
-        else:
-            os.environ[data.SHARED_ENV] = before
-    return rows
 
 
 # ---------------------------------------------------------------- ddp
@@ -496,12 +283,6 @@ SECTIONS = {"overhead": bench_overhead, "trial": bench_trial, "throughput": benc
             "memory": bench_memory, "node_memory": bench_node_memory, "scheduler": bench_scheduler, "ddp": bench_ddp}
 
 
-def row(section: str, metric: str, value: float, unit: str, detail: str) -> dict:
-    """One figure of bench.csv; its goal, if docs/performance.md sets one."""
-    return {"section": section, "metric": metric, "value": round(float(value), 4), "unit": unit,
-            "goal": GOALS.get(metric, ""), "detail": detail}
-
-
 def main(argv: list[str] | None = None) -> int:
     p = cli.Parser(prog="python -m tuning.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
@@ -522,10 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for section in args.only or SECTIONS:
         rows += SECTIONS[section](args.quick)
-    with open(out / "bench.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_rows(out / "bench.csv", rows)
     # The commit too: a figure is only reproducible from the code that measured it.
     machine = {**results.machine(), "git_commit": results.git_commit()}
     (out / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")

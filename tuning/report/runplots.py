@@ -1,4 +1,4 @@
-"""The figures of one tuning.run's report (tuning.runreport): learning curves, best so far,
+"""The figures of one tuning.run's report (tuning.report.runreport): learning curves, best so far,
 each hyperparameter against the final metric, and parallel coordinates.
 
 Input is the trials and epochs tables of tuning.results plus the space's parameter declarations;

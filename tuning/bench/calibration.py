@@ -1,4 +1,4 @@
-"""``python -m tuning.calibration``: is the synthetic data as hard as the cifar_* space needs?
+"""``python -m tuning.bench.calibration``: is the synthetic data as hard as the cifar_* space needs?
 
 ``table DIR`` reads a run's trials.csv and epochs.csv (``python -m tuning.run --space cifar_grid
 --data synthetic --results-dir DIR``, or ``proxy`` below) and writes DIR/calibration.md: each
@@ -275,7 +275,7 @@ def _floats(text: str) -> list[float]:
 def main(argv: list[str] | None = None) -> int:
     from search_spaces._cifar import PARAMS as SPACE
 
-    parser = cli.Parser(prog="python -m tuning.calibration", description=__doc__.split("\n\n")[0])
+    parser = cli.Parser(prog="python -m tuning.bench.calibration", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     tab = sub.add_parser("table", help="the calibration table of a finished run")
     run = sub.add_parser("proxy", help="train the grid without Ray, on subsets (then the table)")
@@ -319,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         text = render(v)
         (args.dir / "calibration.md").write_text(text)
     except (cli.UsageError, OSError, ValueError) as exc:
-        print(f"tuning.calibration: error: {exc}", file=sys.stderr)
+        print(f"tuning.bench.calibration: error: {exc}", file=sys.stderr)
         return 2
     print(text, end="")
     return 0 if v["passed"] else 1

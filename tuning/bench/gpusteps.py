@@ -1,15 +1,14 @@
-"""The measurements of ``tuning.gpucheck``: one function per step, ``step_<name>(ctx, emit)``.
+"""The measurements of ``tuning.bench.gpucheck``: one function per step, ``step_<name>(ctx, emit)``.
 
-Each runs in a process of its own (tuning.gpucheck starts it) and hands every figure to
+Each runs in a process of its own (tuning.bench.gpucheck starts it) and hands every figure to
 ``emit(metric, value, unit, detail)`` the moment it has it. ``ctx`` says where to write, the
-device, the sizes (SIZES in tuning.gpucheck) and the step's deadline; a step that sees its time
+device, the sizes (SIZES in tuning.bench.gpucheck) and the step's deadline; a step that sees its time
 running out stops and says what it did not measure. No Ray here: the Tune runs are tuning.run
 subprocesses, as a user starts them.
 """
 
 from __future__ import annotations
 
-import csv
 import os
 import shutil
 import signal
@@ -156,7 +155,8 @@ def step_throughput(ctx: dict, emit) -> None:
     precision (the fastest epoch after the first), and the trainer's peak CUDA memory."""
     import torch
 
-    from tuning import bench, trainer
+    from tuning import trainer
+    from tuning.bench.cli import bare_loop
 
     sizes, device = ctx["sizes"], ctx["device"]
     train, val = _splits(ctx, sizes["train"], sizes["val"])
@@ -179,7 +179,7 @@ def step_throughput(ctx: dict, emit) -> None:
             if device == "cuda" and batch == max(sizes["batches"]):
                 emit(f"peak_cuda_mb_{precision}_bs{batch}", seen[-1]["cuda_max_allocated_mb"], "MB",
                      f"torch.cuda.max_memory_allocated of one trial, its data split ({split_mb:.0f} MB) included")
-            bare = bench._bare_loop(train, batch, torch.get_num_threads(), sizes["epochs"], device, precision, width)
+            bare = bare_loop(train, batch, torch.get_num_threads(), sizes["epochs"], device, precision, width)
             emit(f"bare_loop_{precision}_bs{batch}", bare, "img/s", detail)
             emit(f"trainer_vs_bare_{precision}_bs{batch}", speed[precision] / bare, "x",
                  "trainer / bare loop: same model, data, batch, precision")
@@ -195,6 +195,7 @@ def step_accuracy(ctx: dict, emit) -> None:
     --target-accuracy on the validation images: from the call (data to the GPU, model built)
     to the end of the epoch whose evaluation reaches it. Every epoch goes to accuracy_curve.csv."""
     from tuning import trainer
+    from tuning.bench.harness import write_rows
 
     sizes, target = ctx["sizes"], ctx["target"]
     train, val = _splits(ctx) if ctx["mode"] == "gpu" else _splits(ctx, sizes["train"], sizes["val"])
@@ -204,7 +205,7 @@ def step_accuracy(ctx: dict, emit) -> None:
         wall = time.perf_counter() - started
         curve.append({"epoch": m["epoch"], "wall_s": round(wall, 3), "train_time_s": round(m["train_time_s"], 3),
                       "accuracy": m["accuracy"], "loss": m["loss"], "bf16": m["bf16"]})
-        _write_rows(ctx["out"] / "accuracy_curve.csv", curve)
+        write_rows(ctx["out"] / "accuracy_curve.csv", curve)
         print(f"{'accuracy':<13} epoch {m['epoch']}: validation accuracy {m['accuracy']:.4f} at {wall:.1f} s",
               flush=True)
         if m["accuracy"] >= target or time_left(ctx) < 2 * wall / len(curve) + 5:
@@ -226,18 +227,6 @@ def step_accuracy(ctx: dict, emit) -> None:
         emit("time_to_target_s", "not reached", "", f"best validation accuracy {best['accuracy']:.4f} (epoch "
              f"{best['epoch']}) in {last['wall_s']:.1f} s, {last['epoch']} epochs; {config}")
     emit("epochs_run", last["epoch"], "epochs", f"bf16 autocast: {last['bf16']}")
-
-
-def _write_rows(path: Path, rows: list[dict]) -> None:
-    from tuning import results
-
-    def write(p: Path) -> None:
-        with open(p, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
-
-    results.write_atomic(path, write)
 
 
 def _collective_probe(*, rank: int, world_size: int, device, on_epoch) -> dict:

@@ -23,10 +23,11 @@ from pathlib import Path
 import pandas as pd
 
 from tuning import record as records
-from tuning import progress, results, runplots, spaces
-from tuning.analysis import ReportError
+from tuning import progress, results, spaces
+from tuning.report import runplots
+from tuning.report.analysis import ReportError
 from tuning.record import RunRecord
-from tuning.render import flatten, render_html, render_markdown
+from tuning.report.render import flatten, render_html, render_markdown
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from tuning import spaces, trainer
-from tuning.bench import row, run_tune, synthetic
+from tuning.bench.harness import row, run_tune, synthetic
 
 
 def bench_scheduler(quick: bool) -> list[dict]:
@@ -85,9 +85,9 @@ def _recall_cost(repeats: int = 50) -> list[dict]:
     state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 1}
     with tempfile.TemporaryDirectory() as d:
         trainer.write_checkpoint(state, d)
-        trainables._remember(state, d)
+        trainables.remember(state, d)
         times = {}
-        for name, read in (("read", lambda: trainer.read_checkpoint(d)), ("recall", lambda: trainables._recalled(Path(d)))):
+        for name, read in (("read", lambda: trainer.read_checkpoint(d)), ("recall", lambda: trainables.recalled(Path(d)))):
             took = []
             for _ in range(repeats):
                 t = time.perf_counter()
@@ -106,7 +106,6 @@ def _proposal_cost(quick: bool) -> list[dict]:
     same model."""
     import numpy as np
     from hpbandster.optimizers.config_generators.bohb import BOHB
-    from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
 
     from tuning import benchmarks
     from tuning.backend import bohb
@@ -116,7 +115,7 @@ def _proposal_cost(quick: bool) -> list[dict]:
     np.random.seed(0)
     for _ in range(2 * model.min_points_in_model):  # enough points for its KDEs at budget 9
         config = dict(model.configspace.sample_configuration())
-        model.new_result(_BOHBJobWrapper(benchmarks.counting_ones(config, 9, 81, 0), 9, config))
+        bohb.observe(model, config, benchmarks.counting_ones(config, 9, 81, 0), 9)
     assert model.kde_models, "no KDE fitted"
     model.random_fraction = 0  # every proposal from the model
     n = 5 if quick else 20

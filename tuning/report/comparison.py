@@ -4,7 +4,7 @@ For a comparison, reads what ``python -m tuning.compare`` wrote to DIR (runs.par
 experiment.json, provenance.json) and writes report.md, a self-contained report.html (plots inlined
 as base64 PNG, no external files) and the plot PNGs. Every number and figure is computed from those
 three files, so deleting the report and running this again gives the same report. For a tuning.run
-results dir (run.json, trials.csv), tuning.runreport writes the run's report.
+results dir (run.json, trials.csv), tuning.report.runreport writes the run's report.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 import pandas as pd
 
 from tuning import cli, replay, results
-from tuning.analysis import (ALPHA, ReportError, anytime_curves, best_configs, load, make_grid,
+from tuning.report.analysis import (ALPHA, ReportError, anytime_curves, best_configs, load, make_grid,
                              stopped_early, summarize)
-from tuning.render import flatten, render_html, render_markdown
+from tuning.report.render import flatten, render_html, render_markdown
 
 log = logging.getLogger(__name__)
 
@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = parser.parse_args(argv)
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-        from tuning import runreport  # a run's report: matplotlib and Optuna, only when asked for
+        from tuning.report import runreport  # a run's report: matplotlib and Optuna, only when asked for
 
         paths = (runreport.regenerate if runreport.is_run_dir(args.dir) else write_report)(Path(args.dir))
     except (ReportError, cli.UsageError, OSError) as exc:  # OSError: the folder cannot be written

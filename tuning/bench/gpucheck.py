@@ -1,4 +1,4 @@
-"""``python -m tuning.gpucheck`` (``make gpu-check``): every GPU measurement, in one go.
+"""``python -m tuning.bench.gpucheck`` (``make gpu-check``): every GPU measurement, in one go.
 
 Time on a GPU machine may be short; this runs everything in one go and keeps whatever it
 measured. Each step runs in its own process under a time cap (a hang or a CUDA crash costs that
@@ -21,7 +21,6 @@ runs it. --rehearse runs the GPU steps on CPU at toy sizes: the script's paths, 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import subprocess
@@ -29,7 +28,9 @@ import sys
 import time
 from pathlib import Path
 
-from tuning import cli, gpusteps, results
+from tuning import cli, results
+from tuning.bench import gpusteps
+from tuning.bench.harness import write_rows
 
 GPU_STEPS = ("data", "doctor", "throughput", "accuracy", "nccl", "asha_gpu1", "asha_gpu025", "refuse")
 CPU_STEPS = ("doctor", "cpu_precision")
@@ -50,7 +51,7 @@ FIELDS = ["step", "metric", "value", "unit", "detail"]
 
 
 def build_parser():
-    p = cli.Parser(prog="python -m tuning.gpucheck", description=__doc__.split("\n\n")[0])
+    p = cli.Parser(prog="python -m tuning.bench.gpucheck", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="output folder (default results/gpu-check-<time>)")
     p.add_argument("--data-dir", default="./data", help="where the synthetic data is generated (default ./data)")
     p.add_argument("--target-accuracy", type=float, default=0.7,
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             return _run_one(args)
         out = _prepare_out(args)
     except cli.UsageError as exc:
-        print(f"tuning.gpucheck: error: {exc}", file=sys.stderr)
+        print(f"tuning.bench.gpucheck: error: {exc}", file=sys.stderr)
         return 2
     try:
         return _orchestrate(args, argv, out)
@@ -142,7 +143,7 @@ def _run_step(step: str, argv: list[str], cap: float) -> dict:
     """One step in its own process group, killed at its cap (SIGINT first: tuning.run then saves
     its tables)."""
     started = time.time()
-    cmd = [sys.executable, "-m", "tuning.gpucheck", *argv, "--step", step, "--deadline", str(started + cap - 10)]
+    cmd = [sys.executable, "-m", "tuning.bench.gpucheck", *argv, "--step", step, "--deadline", str(started + cap - 10)]
     proc = subprocess.Popen(cmd, start_new_session=True)
     try:
         rc = proc.wait(timeout=cap)
@@ -166,13 +167,7 @@ def _write(out: Path, report: dict) -> None:
             if line.endswith("}"):  # not a line cut short by a kill
                 rows.append(json.loads(line))
 
-    def write_csv(p: Path) -> None:
-        with open(p, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
-
-    results.write_atomic(out / "gpu-check.csv", write_csv)
+    write_rows(out / "gpu-check.csv", rows, FIELDS)
     results.write_json(out / "gpu-check.json", {**report, "rows": rows})
 
 

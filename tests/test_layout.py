@@ -1,0 +1,97 @@
+"""The package's shape: no import circles, measurement kept off the run path, and a non-editable
+install that has every module and runs the commands the README gives."""
+
+import ast
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "tuning"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Each module of tuning/ -> the modules of tuning/ it imports, anywhere in its body (a lazy
+    import inside a function closes a circle as surely as one at the top)."""
+    modules = {_module(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]).strip(".") \
+                    if node.level else node.module
+                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names}
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def test_no_module_of_tuning_imports_itself_back_through_others():
+    graph, cycles = _imports(), []
+
+    def walk(node, path):
+        for nxt in graph[node]:
+            if nxt in path:
+                cycles.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in done:
+                walk(nxt, path + [nxt])
+        done.add(node)
+
+    done: set[str] = set()
+    for start in sorted(graph):
+        if start not in done:
+            walk(start, [start])
+    assert not cycles, f"import circles: {[' -> '.join(c) for c in cycles]}"
+    assert {"tuning.report.comparison", "tuning.bench.cli", "tuning.spaces"} <= set(graph)  # the walk saw them
+
+
+def test_the_run_path_never_imports_the_measurement_package():
+    graph = _imports()
+
+    def measuring(m: str) -> bool:
+        return m == "tuning.bench" or m.startswith("tuning.bench.")  # not tuning.benchmarks: a run's trainers
+
+    reach = {m for m, deps in graph.items() if not measuring(m) and any(measuring(d) for d in deps)}
+    assert not reach, f"{sorted(reach)} import tuning.bench: measurement code would load on every run"
+
+
+@pytest.mark.timeout(240)
+def test_a_non_editable_install_has_every_module_and_runs_the_commands(tmp_path):
+    pytest.importorskip("setuptools")
+    source = tmp_path / "source"  # a copy: setuptools builds in the source tree, and the checkout stays clean
+    source.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source)
+    for name in ("tuning", "search_spaces"):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet",
+                            "--wheel-dir", str(tmp_path / "dist"), str(source)], capture_output=True, text=True)
+    assert built.returncode == 0, built.stderr[-2000:]
+    wheel = next((tmp_path / "dist").glob("tuning-*.whl"))
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    ours = {str(p.relative_to(ROOT)) for d in ("tuning", "search_spaces") for p in (ROOT / d).rglob("*.py")}
+    assert not ours - shipped, f"left out of the wheel: {sorted(ours - shipped)}"
+    zipfile.ZipFile(wheel).extractall(tmp_path / "site")
+    # Run from an empty folder with only the install on the path, so nothing comes from the checkout.
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    for command in (["tuning.report", "--help"], ["tuning.bench", "--help"], ["tuning.bench.gpucheck", "--help"],
+                    ["tuning.run", "--help"]):
+        done = subprocess.run([sys.executable, "-m", *command], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0 and "usage:" in done.stdout, (command, done.stderr[-1000:])
+        where = subprocess.run([sys.executable, "-c", f"import {command[0]} as m; print(m.__file__)"], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, timeout=120)
+        assert where.stdout.startswith(str(tmp_path / "site")), where.stdout + where.stderr

@@ -1,0 +1,5 @@
+import sys
+
+from tuning.bench.cli import main
+
+sys.exit(main())

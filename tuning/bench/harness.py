@@ -1,0 +1,119 @@
+"""What every bench section shares: a row of figures and its goal, one writer of row tables, the
+workloads (synthetic data, the busy trainer) and the two ways of running them (through tuning.run's
+path, and through a plain ``tune.run`` as Ray's own peer).
+
+No torch at import: the overhead section's trials import this module for ``busy``, and a trial that
+imported torch would measure torch's import, not the harness."""
+
+from __future__ import annotations
+
+import csv
+import os
+import tempfile
+import time
+from pathlib import Path
+
+GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50",
+         "throughput_ratio_bs128": ">= 0.95", "throughput_ratio_bs512": ">= 0.95",
+         "rss_growth_epoch2_to_last_mb": "no growth", "bohb_recomputed_epochs": "0",
+         "harness_minus_raw_tune_overhead": "<= 0.05", "added_per_trial_mb_shared": "<= 400"}
+
+
+def synthetic(n_train: int):
+    """Synthetic CIFAR-10 with at least n_train training images beside a validation tenth, under ./data."""
+    from tuning import data
+
+    src = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=max(n_train + n_train // 9, 5000),
+                       synthetic_test=1000)
+    return src
+
+
+def run_tune(space, strategy: str, *, num_samples: int, max_epochs: int, cpus: float, source=None,
+             max_train=None, max_val=None, **spec):
+    """One experiment through the same backend.run path as tuning.run; returns the recorder."""
+    from tuning import backend
+
+    backend.start_ray()
+    rec = backend.recorder()
+    with tempfile.TemporaryDirectory() as d:
+        spec = backend.RunSpec(space=space, strategy=strategy, num_samples=num_samples, max_epochs=max_epochs,
+                               seed=0, cpus_per_trial=cpus, gpus_per_trial=0, source=source, results_dir=Path(d),
+                               max_train=max_train, max_val=max_val, progress=False, callbacks=[rec], **spec)
+        started = time.perf_counter()
+        backend.run(spec)
+        rec.wall_s = time.perf_counter() - started
+    return rec
+
+
+def run_raw_tune(n: int, seconds: float, *, loggers: bool = True):
+    """The overhead workload through a plain ``tune.run(..., reuse_actors=True)``: Ray's own cost,
+    the peer of our harness's. Tune's defaults otherwise (adaptive experiment snapshots; its
+    per-trial loggers unless loggers=False), in the Ray the bench started; returns the recorder."""
+    from ray import tune
+
+    from tuning import backend
+
+    backend.start_ray()
+    rec = backend.recorder()  # only notes starts and results, as it does for run_tune
+    before = os.environ.get("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS")
+    if not loggers:
+        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            started = time.perf_counter()
+            tune.run(_raw_busy(), config={"x": tune.uniform(0.0, 1.0), "seconds": seconds}, num_samples=n,
+                     resources_per_trial={"cpu": 1}, reuse_actors=True, storage_path=d, verbose=0,
+                     callbacks=[rec])
+            rec.wall_s = time.perf_counter() - started
+    finally:
+        if before is None:
+            os.environ.pop("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", None)
+        else:
+            os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = before
+    return rec
+
+
+def _raw_busy():
+    """Ray's release-test trainable: `seconds` of CPU work, one result, no checkpoint. Made inside
+    a function so that cloudpickle sends it by value: a trial process imports Ray and nothing of
+    ours (tuning.bench.cli imports torch), as a user's script would."""
+
+    def busy_raw(config):
+        import time
+
+        from ray import tune
+
+        end = time.process_time() + config["seconds"]
+        while time.process_time() < end:
+            pass
+        tune.report({"loss": config["x"]})
+
+    return busy_raw
+
+
+def busy(*, x: float, seconds: float, epochs: int, state=None, on_epoch=None, **_):
+    """The harness benchmark's trial: `seconds` of CPU work per epoch, nothing else."""
+    for epoch in range(int(state["epoch"]) if state else 0, epochs):
+        end = time.process_time() + seconds
+        while time.process_time() < end:
+            pass
+        on_epoch({"loss": x, "epoch": epoch + 1}, {"epoch": epoch + 1})
+
+
+def row(section: str, metric: str, value: float, unit: str, detail: str) -> dict:
+    """One figure of bench.csv; its goal, if docs/performance.md sets one."""
+    return {"section": section, "metric": metric, "value": round(float(value), 4), "unit": unit,
+            "goal": GOALS.get(metric, ""), "detail": detail}
+
+
+def write_rows(path: Path, rows: list[dict], fields: list[str] | None = None) -> None:
+    """A table of rows as CSV, replacing `path` whole (a reader never sees half of it)."""
+    from tuning import results
+
+    def write(p: Path) -> None:
+        with open(p, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields or list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+
+    results.write_atomic(path, write)

@@ -1,0 +1,136 @@
+"""``python -m tuning.bench``'s memory sections: one trial's peak RSS and its growth, and the node's
+memory (PSS and USS summed over the trial processes) with 1, 2 and 4 CIFAR trials at once."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from tuning import data, spaces
+from tuning.bench.harness import row, run_tune, synthetic
+
+
+def bench_memory(quick: bool) -> list[dict]:
+    epochs, n = (4, 512) if quick else (10, 1024)
+    rec = run_tune(spaces.load("cifar_asha"), "random", num_samples=1, max_epochs=epochs, cpus=os.cpu_count() or 1,
+                   source=synthetic(n), max_train=n, max_val=256)
+    rss = [r["rss_mb"] for r in rec.rows]
+    detail = f"one CIFAR trial, {epochs} epochs on {n:,} images"
+    return [row("memory", "trial_peak_rss_mb", max(r["peak_rss_mb"] for r in rec.rows), "MB", detail),
+            row("memory", "rss_growth_epoch2_to_last_mb", rss[-1] - rss[1], "MB", detail)]
+
+
+# ---------------------------------------------------------------- node memory
+
+_FIGURES = ("pss", "uss", "data", "store")
+
+
+def _process_memory(pids) -> dict[str, float]:
+    """PSS and USS (MB) of these processes together, and the PSS of their mappings of the node's
+    data files (tuning.data.node_cache) and of Ray's object store (plasma). PSS counts a page shared
+    by n processes as 1/n in each, so the sum over processes counts it once; RSS would count it n
+    times. One pass over /proc/PID/smaps each (psutil's memory_maps took a third of a core here)."""
+    out = dict.fromkeys(_FIGURES, 0.0)
+    for pid in pids:
+        kind = None
+        with open(f"/proc/{pid}/smaps") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    mb = int(line.split()[1]) / 1024
+                    out["pss"] += mb
+                    if kind:
+                        out[kind] += mb
+                elif line.startswith(("Private_Clean:", "Private_Dirty:")):
+                    out["uss"] += int(line.split()[1]) / 1024
+                elif not line[0].isupper():  # a mapping's first line: "start-end perms offset dev inode [path]"
+                    kind = "data" if f"/{data.CACHE_DIR}/" in line else "store" if "plasma" in line else None
+    return out
+
+
+class MemorySampler(threading.Thread):
+    """Every `every_s`, the memory of each busy Ray worker process of this process's Ray (title
+    "ray::...", not idle) with its own children (a trial's DDP ranks): samples[i][pid] =
+    _process_memory's figures. No Ray calls: processes by parentage and title, through psutil."""
+
+    def __init__(self, every_s: float):
+        super().__init__(daemon=True)
+        self.every_s, self.samples, self._done = every_s, [], threading.Event()
+
+    def run(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._done.wait(self.every_s):
+            sample = {}
+            for p in me.children(recursive=True):  # the local Ray this process started, and nobody else's
+                try:
+                    title = (p.cmdline() or [""])[0]
+                    if title.startswith("ray::") and not title.startswith("ray::IDLE"):
+                        sample[p.pid] = _process_memory([p.pid, *(c.pid for c in p.children(recursive=True))])
+                except (psutil.Error, OSError):  # gone meanwhile
+                    continue
+            self.samples.append(sample)
+
+    def peak(self, pids: set[int]) -> dict[str, float]:
+        """The sample where these processes together held the most (PSS), summed over them."""
+        sums = [{k: sum(s[p][k] for p in pids if p in s) for k in _FIGURES} for s in self.samples]
+        return max(sums, key=lambda m: m["pss"], default=dict.fromkeys(_FIGURES, 0.0))
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+
+def bench_node_memory(quick: bool) -> list[dict]:
+    """1, 2 and 4 CIFAR trials of one epoch at once, all on the full data, each mode with a Ray of
+    its own (the trial processes read TUNING_SHARED_DATA from the environment Ray started with):
+    every process decoding its own copy (before), then one copy per node (after)."""
+    from tuning import backend
+
+    cpus = os.cpu_count() or 1
+    if quick:
+        source = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=2000, synthetic_test=200)
+        counts, what = (1, 2), "2,000 synthetic images"
+    elif data.has_cifar10("data"):
+        source, counts, what = data.DataSource("cifar10", str(Path("data").absolute())), (1, 2, 4), "CIFAR-10"
+    else:
+        source = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=50_000, synthetic_test=1000)
+        counts, what = (1, 2, 4), "50,000 synthetic images (CIFAR-10's format and size)"
+    modes = ("unshared",) if not data.sharing_on() else ("unshared", "shared")  # --no-shared-data: before only
+    before = os.environ.get(data.SHARED_ENV)
+    rows = []
+    try:
+        for mode in modes:
+            backend.stop_ray()
+            os.environ[data.SHARED_ENV] = "1" if mode == "shared" else "0"
+            peaks = {}
+            for k in counts:
+                sampler = MemorySampler(0.5 if quick else 1.0)
+                sampler.start()
+                try:
+                    rec = run_tune(spaces.load("cifar_asha"), "random", num_samples=k, max_epochs=1, cpus=cpus / k,
+                                   source=source)
+                finally:
+                    sampler.stop()
+                peaks[k] = sampler.peak({r["pid"] for r in rec.rows})
+            for k, m in peaks.items():
+                detail = (f"PSS of the trial processes together at their peak, {mode}: {k} CIFAR trial(s) of 1 epoch "
+                          f"at once on {what}, {cpus / k:g} CPUs each")
+                rows += [row("node_memory", f"trials_pss_mb_{k}_{mode}", m["pss"], "MB", detail),
+                         row("node_memory", f"trials_uss_mb_{k}_{mode}", m["uss"], "MB",
+                             "USS at that moment: pages one process alone holds")]
+            top = max(counts)
+            rows += [row("node_memory", f"data_file_pss_mb_{top}_{mode}", peaks[top]["data"], "MB",
+                         f"of trials_pss_mb_{top}_{mode}: the node's mapped data file (one copy for all)"),
+                     row("node_memory", f"object_store_pss_mb_{top}_{mode}", peaks[top]["store"], "MB",
+                         f"of trials_pss_mb_{top}_{mode}: Ray's object store mapped by the trials"),
+                     row("node_memory", f"added_per_trial_mb_{mode}", (peaks[top]["pss"] - peaks[1]["pss"]) / (top - 1),
+                         "MB", f"(trials_pss_mb_{top} - trials_pss_mb_1) / {top - 1}, {mode}")]
+    finally:
+        backend.stop_ray()  # the next section's Ray starts with the environment as it was
+        if before is None:
+            os.environ.pop(data.SHARED_ENV, None)
+        else:
+            os.environ[data.SHARED_ENV] = before
+    return rows

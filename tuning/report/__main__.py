@@ -1,0 +1,5 @@
+import sys
+
+from tuning.report.comparison import main
+
+sys.exit(main())
