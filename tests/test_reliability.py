@@ -13,6 +13,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tuning.results import read_rows
+
 from conftest import ROOT
 from run_helpers import (STEADY, TESTS, check_resumed, check_tables, hold_mid_run, logged_epochs, snapshot,
                          wait_until_mid_run, write_space)
@@ -56,6 +58,7 @@ def test_sigkill_mid_run_then_resume(tmp_path, strategy):
     proc = _start("--space", str(space), "--results-dir", str(results))
     hold_mid_run(proc, results, gate)
     os.killpg(proc.pid, signal.SIGKILL)
+    killed_at = time.time()
     proc.wait()
     time.sleep(2)
     progress, known = logged_epochs(results), snapshot(results)
@@ -71,6 +74,21 @@ def test_sigkill_mid_run_then_resume(tmp_path, strategy):
     assert run["status"] == "finished" and run["resumes"] == 1
     assert run["recomputed_epochs"] == trials["recomputed_epochs"].sum()
     assert check_resumed(results, progress, known)
+    check_time_and_device_hours(results, run, killed_at)
+
+
+def check_time_and_device_hours(results: Path, run: dict, killed_at: float) -> None:
+    """The killed segment counts in wall_time_s up to its last result, and its epochs in the
+    device-hours, as every segment's do."""
+    killed, resumed = run["segments"]
+    assert killed["ended"] == "killed" and resumed["ended"] == "finished", run["segments"]
+    rows = [r for rs in read_rows(results / "results.jsonl").values() for r in rs]
+    last_before_kill = max(r["timestamp"] for r in rows if r["timestamp"] <= killed_at)
+    # Tune's timestamp is whole seconds; the files are written just after the result arrives.
+    assert last_before_kill - 1 - killed["started"] <= killed["wall_s"] <= killed_at - killed["started"] + 1
+    assert run["wall_time_s"] == pytest.approx(killed["wall_s"] + resumed["wall_s"], abs=0.2)
+    cpus = run["resources_per_trial"]["cpu"]
+    assert run["cpu_hours"] == pytest.approx(cpus * sum(r["time_this_iter_s"] for r in rows) / 3600, rel=1e-6)
 
 
 @pytest.mark.timeout(600)
@@ -105,7 +123,10 @@ def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig)
     out, _ = resume.communicate(timeout=300)
     assert resume.returncode == 0, out[-3000:]
     check_tables(results, 6, 4)
-    assert json.loads((results / "run.json").read_text())["status"] == "finished"
+    run = json.loads((results / "run.json").read_text())
+    assert run["status"] == "finished"
+    assert [s["ended"] for s in run["segments"]] == ["interrupted", "finished"]
+    assert run["wall_time_s"] == pytest.approx(sum(s["wall_s"] for s in run["segments"]), abs=0.2)
     # Finished trials ran no epoch again; the others went on from the checkpoint the stop saved.
     assert check_resumed(results, progress, known)
 
@@ -284,3 +305,21 @@ def test_a_planted_leak_is_flagged(tmp_path):
 def test_steady_memory_is_not_flagged(misbehaving):
     trials = misbehaving[1]
     assert not bool(trials.loc["steady", "memory_growing"]) and trials.loc["steady", "peak_rss_mb"] > 0
+
+
+def test_a_killed_segment_counts_up_to_the_last_file_it_wrote(tmp_path):
+    # What a resume finds after SIGKILL, without the minutes of a real one (test-all runs that).
+    from tuning import session
+    from tuning.record import RunRecord
+
+    rec = RunRecord(space="s", strategy="asha", seed=0, num_samples=1, max_epochs=1, wall_time_s=100.0,
+                    segments=[{"started": 1000.0, "wall_s": 100.0, "ended": "finished"},
+                              {"started": 5000.0, "wall_s": None, "ended": None}])
+    for name, written in (("results.jsonl", 5090), ("report.md", 5120), ("trials.csv", 9999)):
+        (tmp_path / name).write_text("")
+        os.utime(tmp_path / name, (written, written))  # trials.csv: not a file a running run rewrites
+    session._close_killed_segment(rec, tmp_path)
+    assert rec.segments[-1] == {"started": 5000.0, "wall_s": 120.0, "ended": "killed"}
+    assert rec.wall_time_s == 220.0
+    session._close_killed_segment(rec, tmp_path)  # closed: a second look changes nothing
+    assert rec.wall_time_s == 220.0

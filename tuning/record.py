@@ -60,7 +60,10 @@ class RunRecord:
     error: str | None = None  # why a run stopped on its trainer's bad output
     resumes: int = -1
     time_used_s: float = 0.0
-    wall_time_s: float = 0.0
+    wall_time_s: float = 0.0  # the sum of the segments' wall_s
+    # One entry per segment: started (epoch seconds), wall_s and how it ended; the open one has
+    # ended None. A segment killed before it could close is counted up to the last file it wrote.
+    segments: list = field(default_factory=list)
     extensions: list = field(default_factory=list)
     # What it came to (tuning.session at the end of each segment).
     trials: int = 0

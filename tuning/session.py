@@ -232,8 +232,28 @@ def _record_start(space: spaces.Space, record: RunRecord, source, results_dir: P
         record.fixed, record.versions, record.git_commit = dict(space.fixed), results.versions(), results.git_commit()
         record.started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started))
         record.metric, record.mode, record.params = space.metric, space.mode, spaces.declarations(space)
+    _close_killed_segment(record, results_dir)
+    record.segments.append({"started": round(started, 1), "wall_s": None, "ended": None})
     record.status, record.resumes = "running", record.resumes + 1
     record.write(results_dir)
+
+
+# What a running run rewrites as it goes: results as they arrive, the live report every 30 s.
+_LIVE_FILES = (results.ROWS_FILE, "report.md", "run.json")
+
+
+def _close_killed_segment(record: RunRecord, results_dir: Path) -> None:
+    """A segment still open in run.json was killed (SIGKILL, a crash, the machine lost) before it
+    could close: count it up to the last of its files written, the nearest a dead process can tell."""
+    if not record.segments or record.segments[-1]["ended"] is not None:
+        return
+    seg = record.segments[-1]
+    last = max((p.stat().st_mtime for p in map(results_dir.joinpath, _LIVE_FILES) if p.exists()),
+               default=seg["started"])
+    seg["wall_s"], seg["ended"] = round(max(0.0, last - seg["started"]), 1), "killed"
+    record.wall_time_s = round(record.wall_time_s + seg["wall_s"], 1)
+    log.info("the previous segment was killed before it closed; its %.0f s up to its last write are counted in "
+             "wall_time_s", seg["wall_s"])
 
 
 def _run_spec(space: spaces.Space, record: RunRecord, source, results_dir: Path, resume: bool, add_samples: int, *,
@@ -296,7 +316,10 @@ def _record_end(record: RunRecord, trials, best: Best | None, status: str, start
     """What the segment came to, added to the record (run.json)."""
     n = len(trials)
     record.status = status
-    record.wall_time_s = round(record.wall_time_s + time.time() - started, 1)
+    wall = round(time.time() - started, 1)
+    record.wall_time_s = round(record.wall_time_s + wall, 1)
+    if record.segments:  # a record from before segments were kept has none to close
+        record.segments[-1].update(wall_s=wall, ended=status)
     record.trials = n
     record.cpu_hours = float(trials["cpu_hours"].sum()) if n else 0.0
     record.gpu_hours = float(trials["gpu_hours"].sum()) if n else 0.0
