@@ -34,6 +34,7 @@ def test_digits_from_python_as_a_script(tmp_path):
     assert trials["accuracy"].max() > 0.5  # digits learns something within 3 epochs at a sane lr
 
 
+@pytest.mark.slow  # make test-all: a user's space file through tuning.run; the default suite runs digits
 def test_gradient_boosting_from_tuning_run(tmp_path):
     done = subprocess.run([sys.executable, "-m", "tuning.run", "--space", "examples/gradient_boosting.py", "--smoke",
                            "--results-dir", str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True, timeout=300)

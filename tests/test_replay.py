@@ -228,6 +228,7 @@ def test_the_replay_experiment_runs_in_smoke_size(tmp_path):
     assert {"final_recorded_trial", "ended_on_best", "device_hours_to_best"} <= set(finals.columns)
 
 
+@pytest.mark.slow  # make test-all: the default suite replays through the cifar_replay experiment and the API
 @pytest.mark.timeout(900)
 def test_any_finished_run_can_be_replayed_with_one_command(tmp_path):
     tiny = _tiny_run(tmp_path / "tiny")
