@@ -9,6 +9,7 @@ subprocesses, as a user starts them.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -134,20 +135,24 @@ def step_data(ctx: dict, emit) -> None:
 
 def step_doctor(ctx: dict, emit) -> None:
     """tuning.doctor's lines: on a GPU machine the whole doctor (software, GPUs through NVML and
-    GPUtil, the GPUs Ray sees), without the live trial the later steps do for real."""
+    GPUtil, the GPUs Ray sees), without the live trial the later steps do for real. There it runs
+    as a user runs it, in a process of its own: its exit code and its screen (doctor.txt) are the
+    CLI's, and a Ray that hangs is stopped at the step's deadline with the exit code still
+    written. Its lines come back as data (--json), not read off the screen."""
     from tuning import doctor
 
     if ctx["mode"] == "cpu":  # the CPU check stays seconds long: no Ray
-        for line in doctor.check_gpus():
-            emit(line["what"], line["status"], "", line["detail"])
-        return
-    log = ctx["out"] / "doctor.txt"
-    rc = run_logged([sys.executable, "-m", "tuning.doctor", "--no-live", "--data-dir", str(ctx["data_dir"]),
-                     "--results-dir", str(ctx["out"])], log, ctx)
-    for line in log.read_text().splitlines():
-        if line[:5].strip() in ("OK", "WARN", "FAIL"):  # "STATUS what         detail", as doctor prints
-            emit(line[6:18].strip(), line[:5].strip(), "", line[19:])
-    emit("doctor_exit_code", rc if rc is not None else "stopped", "", "0: no FAIL line (doctor.txt has them all)")
+        lines = doctor.check_gpus()
+    else:
+        log, found = ctx["out"] / "doctor.txt", ctx["out"] / "doctor.json"
+        found.unlink(missing_ok=True)  # a doctor stopped before writing must not pass off an earlier one's lines
+        rc = run_logged([sys.executable, "-m", "tuning.doctor", "--no-live", "--data-dir", str(ctx["data_dir"]),
+                         "--results-dir", str(ctx["out"]), "--json", str(found)], log, ctx)
+        lines = json.loads(found.read_text()) if found.exists() else []
+    for line in lines:
+        emit(line["what"].strip(), line["status"], "", line["detail"])  # "  node": a node under "ray"
+    if ctx["mode"] != "cpu":
+        emit("doctor_exit_code", rc if rc is not None else "stopped", "", "0: no FAIL line (doctor.txt has them all)")
 
 
 def step_throughput(ctx: dict, emit) -> None:
