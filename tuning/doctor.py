@@ -243,8 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default="./data", help="where CIFAR-10 should be (default ./data)")
     p.add_argument("--results-dir", default="results", help="where results will go (default ./results)")
     p.add_argument("--no-live", action="store_true", help="skip the live one-trial run")
-    p.add_argument("--json", metavar="PATH", help="also write the checks to PATH as JSON: a list of {status, what, "
-                   "detail, fix}, what tuning.bench.gpucheck reads")
+    p.add_argument("--json", metavar="PATH", help="also write the checks to PATH as JSON, as gpucheck reads them")
     try:
         args = p.parse_args(argv)
     except cli.UsageError as exc:
