@@ -2,12 +2,14 @@
 cluster that is not there, it fails with one clear line. (Against a real 2-node cluster:
 tests/test_cluster.py.)"""
 
+import json
 import subprocess
 import sys
 
 import pytest
 
 from conftest import ROOT
+from tuning import doctor
 
 
 def _doctor(*args) -> subprocess.CompletedProcess:
@@ -26,13 +28,18 @@ def test_doctor_passes_locally_and_lists_the_resources(tmp_path):
     assert "All checks passed." in out
 
 
-def test_doctor_flags_an_unreachable_cluster():
-    done = _doctor("--address", "127.0.0.1:1", "--no-live")
+def test_doctor_flags_an_unreachable_cluster(tmp_path):
+    done = _doctor("--address", "127.0.0.1:1", "--no-live", "--json", str(tmp_path / "doctor.json"))
     assert done.returncode == 1
     fail = [line for line in done.stdout.splitlines() if line.startswith("FAIL")]
     assert fail == ["FAIL  ray          --address 127.0.0.1:1: no Ray cluster answers there (Connection refused); "
                     "start one with `ray start --head` on that machine, or fix the address"]
     assert "Traceback" not in done.stdout + done.stderr
+    # The same lines as data (what gpucheck reads), the screen made from them.
+    lines = json.loads((tmp_path / "doctor.json").read_text())
+    assert [(line["status"], line["what"]) for line in lines if line["status"] == "FAIL"] == [("FAIL", "ray")]
+    assert all(set(line) == {"status", "what", "detail", "fix"} for line in lines)
+    assert doctor.render(lines) in done.stdout
 
 
 @pytest.mark.slow  # make test-all; default suite: test_data checks checksums and corrupted files

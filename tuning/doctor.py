@@ -5,6 +5,7 @@ GPUtil's view where GPUtil still imports), the Ray
 cluster's resources (local, or the one at --address), the data, free disk at the results dir,
 and a live one-trial, one-epoch run of the real trainable on tiny data. Every line says OK, WARN
 or FAIL; a FAIL names the fix. Exit 0 when nothing failed, 1 when something did, 2 for bad flags.
+``checks()`` returns the lines as data (what --json PATH writes); the screen is ``render()`` of them.
 """
 
 from __future__ import annotations
@@ -209,6 +210,31 @@ def check_live(backend, info: dict) -> list[dict]:
                   f"in {took:.1f} s (loss {row['loss']:.3f}, peak RSS {row.get('peak_rss_mb', 0):.0f} MB)")]
 
 
+def checks(address: str | None = None, data_dir: Path = Path("data"), results_dir: Path = Path("results"),
+           live: bool = True) -> list[dict]:
+    """Every check, in the order the screen shows them: a list of {status, what, detail, fix}.
+    Starts Ray (the cluster at `address`, else a local one) and stops it again."""
+    from tuning import backend
+
+    lines = check_software() + check_gpus()
+    ray_lines, info = check_ray(backend, address)
+    lines += ray_lines + check_data(data_dir) + check_disk(results_dir)
+    if live:
+        lines += check_live(backend, info) if info else [_line(FAIL, "live trial", "not run: no Ray cluster")]
+    backend.stop_ray()
+    return lines
+
+
+def render(lines: list[dict]) -> str:
+    """The lines as the screen shows them: status, what, detail; a fix under each line not OK."""
+    out = []
+    for line in lines:
+        out.append(f"{line['status']:<5} {line['what']:<12} {line['detail']}")
+        if line["fix"] and line["status"] != OK:
+            out.append(f"{'':<5} {'':<12} fix: {line['fix']}")
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("tuning.data").setLevel(logging.ERROR)  # "generating synthetic data" for the live check
@@ -217,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default="./data", help="where CIFAR-10 should be (default ./data)")
     p.add_argument("--results-dir", default="results", help="where results will go (default ./results)")
     p.add_argument("--no-live", action="store_true", help="skip the live one-trial run")
+    p.add_argument("--json", metavar="PATH", help="also write the checks to PATH as JSON, as gpucheck reads them")
     try:
         args = p.parse_args(argv)
     except cli.UsageError as exc:
@@ -226,16 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     from tuning import backend
 
     backend.quiet_ray_logging()
-    lines = check_software() + check_gpus()
-    ray_lines, info = check_ray(backend, args.address)
-    lines += ray_lines + check_data(Path(args.data_dir).absolute()) + check_disk(Path(args.results_dir).absolute())
-    if not args.no_live:
-        lines += check_live(backend, info) if info else [_line(FAIL, "live trial", "not run: no Ray cluster")]
-    backend.stop_ray()
-    for line in lines:
-        print(f"{line['status']:<5} {line['what']:<12} {line['detail']}")
-        if line["fix"] and line["status"] != OK:
-            print(f"{'':<5} {'':<12} fix: {line['fix']}")
+    lines = checks(args.address, Path(args.data_dir).absolute(), Path(args.results_dir).absolute(),
+                   live=not args.no_live)
+    if args.json:
+        results.write_json(Path(args.json), lines)
+    print(render(lines))
     failed = [line for line in lines if line["status"] == FAIL]
     print(f"\n{len(failed)} problem(s): see the FAIL lines" if failed else "\nAll checks passed.")
     return 1 if failed else 0

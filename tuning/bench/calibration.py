@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tuning import cli
+from tuning.bench.harness import write_rows
 
 log = logging.getLogger(__name__)
 
@@ -218,7 +219,7 @@ def _train_one(job: dict) -> pd.DataFrame:
 
     def on_epoch(m: dict, state: dict) -> None:
         rows.append({**cfg, "training_iteration": m["epoch"], **{k: m.get(k) for k in CURVE_COLUMNS}})
-        pd.DataFrame(rows).to_csv(job["curve"], index=False)
+        write_rows(job["curve"], rows)  # replaced whole: a kill mid-write leaves the epoch before's curve
 
     trainer.train_cifar(lr=job["lr"], batch_size=job["batch_size"], epochs=job["epochs"], train=train,
                         val=val, seed=job["seed"], device=job["device"], on_epoch=on_epoch, **FIXED)

@@ -34,7 +34,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from tuning import cli, data, distributed, results, spaces, trainer
-from tuning.bench.harness import row, run_raw_tune, run_tune, synthetic, write_rows
+from tuning.bench.harness import row, run_raw_tune, run_tune, synthetic, trainer_vs_bare, write_rows
 from tuning.bench.memory import bench_memory, bench_node_memory
 
 # ---------------------------------------------------------------- overhead, trial, scheduler
@@ -95,51 +95,17 @@ def bench_scheduler(quick: bool) -> list[dict]:
 
 # ---------------------------------------------------------------- the trainer alone
 
-def bare_loop(train, batch: int, threads: int, epochs: int = 3, device: str = "cpu",
-               precision: str = "fp32", width: int = 16) -> float:
-    """The reference: the same model, data, batch size, threads and precision in the plainest
-    PyTorch loop (no augmentation, no evaluation); images/s of its fastest epoch after the first.
-    On CUDA the split sits on the GPU, as the trainer keeps it."""
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    dtype = trainer.autocast_dtype(precision, device)
-    x_all, y_all = train.x.to(device), train.y.to(device)
-    model = trainer.make_model(width).to(device, memory_format=torch.channels_last)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    model.train()
-    speeds = []
-    for _ in range(epochs):
-        t, seen = time.perf_counter(), 0
-        order = torch.randperm(len(train), device=device)
-        for i in range(0, len(order) - batch + 1, batch):
-            idx = order[i:i + batch]
-            with trainer.autocast(dtype, device):
-                loss = F.cross_entropy(model(x_all[idx].contiguous(memory_format=torch.channels_last)), y_all[idx])
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            loss.item()  # as the trainer does: one host sync per step
-            seen += len(idx)
-        speeds.append(seen / (time.perf_counter() - t))
-    return max(speeds[1:])
-
-
 def bench_throughput(quick: bool) -> list[dict]:
     cpus = os.cpu_count() or 1
     n = 1024 if quick else 8192
     train, val = data.load_train_val(synthetic(n), max_train=n, max_val=256)
     rows = []
     for batch in (128, 512):
-        torch.set_num_threads(cpus)
-        seen = []
-        trainer.train_cifar(lr=1e-3, batch_size=batch, epochs=3, train=train, val=val,
-                            on_epoch=lambda m, s: seen.append(m))
-        # The fastest of epochs 2-3 on each side: a shared machine only ever slows a run down.
-        mine, bare = max(m["images_per_s"] for m in seen[1:]), bare_loop(train, batch, cpus)
+        got = trainer_vs_bare(train, val, batch=batch, epochs=3, threads=cpus)
         detail = f"{n} images, {cpus} threads, fastest of epochs 2-3"
-        rows += [row("throughput", f"trainer_images_per_s_bs{batch}", mine, "img/s", detail),
-                 row("throughput", f"bare_loop_images_per_s_bs{batch}", bare, "img/s", detail),
-                 row("throughput", f"throughput_ratio_bs{batch}", mine / bare, "x", "trainer / bare loop")]
+        rows += [row("throughput", f"trainer_images_per_s_bs{batch}", got["trainer"], "img/s", detail),
+                 row("throughput", f"bare_loop_images_per_s_bs{batch}", got["bare"], "img/s", detail),
+                 row("throughput", f"throughput_ratio_bs{batch}", got["ratio"], "x", "trainer / bare loop")]
     return rows
 
 

@@ -9,6 +9,7 @@ subprocesses, as a user starts them.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -108,14 +109,6 @@ def _splits(ctx: dict, max_train: int | None = None, max_val: int | None = None)
     return data.load_train_val(_source(ctx), max_train, max_val)
 
 
-def _reset_peak(device: str) -> None:
-    import torch
-
-    if device == "cuda":
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
-
-
 # ---------------------------------------------------------------- steps
 
 def step_data(ctx: dict, emit) -> None:
@@ -134,29 +127,31 @@ def step_data(ctx: dict, emit) -> None:
 
 def step_doctor(ctx: dict, emit) -> None:
     """tuning.doctor's lines: on a GPU machine the whole doctor (software, GPUs through NVML and
-    GPUtil, the GPUs Ray sees), without the live trial the later steps do for real."""
+    GPUtil, the GPUs Ray sees), without the live trial the later steps do for real. There it runs
+    as a user runs it, in a process of its own: its exit code and its screen (doctor.txt) are the
+    CLI's, and a Ray that hangs is stopped at the step's deadline with the exit code still
+    written. Its lines come back as data (--json), not read off the screen."""
     from tuning import doctor
 
     if ctx["mode"] == "cpu":  # the CPU check stays seconds long: no Ray
-        for line in doctor.check_gpus():
-            emit(line["what"], line["status"], "", line["detail"])
-        return
-    log = ctx["out"] / "doctor.txt"
-    rc = run_logged([sys.executable, "-m", "tuning.doctor", "--no-live", "--data-dir", str(ctx["data_dir"]),
-                     "--results-dir", str(ctx["out"])], log, ctx)
-    for line in log.read_text().splitlines():
-        if line[:5].strip() in ("OK", "WARN", "FAIL"):  # "STATUS what         detail", as doctor prints
-            emit(line[6:18].strip(), line[:5].strip(), "", line[19:])
-    emit("doctor_exit_code", rc if rc is not None else "stopped", "", "0: no FAIL line (doctor.txt has them all)")
+        lines = doctor.check_gpus()
+    else:
+        log, found = ctx["out"] / "doctor.txt", ctx["out"] / "doctor.json"
+        found.unlink(missing_ok=True)  # a doctor stopped before writing must not pass off an earlier one's lines
+        rc = run_logged([sys.executable, "-m", "tuning.doctor", "--no-live", "--data-dir", str(ctx["data_dir"]),
+                         "--results-dir", str(ctx["out"]), "--json", str(found)], log, ctx)
+        lines = json.loads(found.read_text()) if found.exists() else []
+    for line in lines:
+        emit(line["what"].strip(), line["status"], "", line["detail"])  # "  node": a node under "ray"
+    if ctx["mode"] != "cpu":
+        emit("doctor_exit_code", rc if rc is not None else "stopped", "", "0: no FAIL line (doctor.txt has them all)")
 
 
 def step_throughput(ctx: dict, emit) -> None:
     """Training images/s of the trainer and of the bare loop on the same model, data, batch and
-    precision (the fastest epoch after the first), and the trainer's peak CUDA memory."""
-    import torch
-
-    from tuning import trainer
-    from tuning.bench.cli import bare_loop
+    precision (the fastest epoch after the first; tuning.bench.harness.trainer_vs_bare, as the
+    bench's throughput section), and the trainer's peak CUDA memory."""
+    from tuning.bench.harness import trainer_vs_bare
 
     sizes, device = ctx["sizes"], ctx["device"]
     train, val = _splits(ctx, sizes["train"], sizes["val"])
@@ -169,19 +164,15 @@ def step_throughput(ctx: dict, emit) -> None:
             if time_left(ctx) < 20:
                 emit(f"trainer_{precision}_bs{batch}", "not measured", "", "the step's time ran out")
                 return
-            seen = []
-            _reset_peak(device)
-            trainer.train_cifar(lr=ctx["lr"], batch_size=batch, epochs=sizes["epochs"], train=train, val=val,
-                                device=device, precision=precision, on_epoch=lambda m, s: seen.append(m),
-                                width=width, weight_decay=FIXED["weight_decay"])
-            speed[precision] = max(m["images_per_s"] for m in seen[1:])
-            emit(f"trainer_{precision}_bs{batch}", speed[precision], "img/s", detail)
+            got = trainer_vs_bare(train, val, batch=batch, epochs=sizes["epochs"], device=device,
+                                  precision=precision, width=width, weight_decay=FIXED["weight_decay"], lr=ctx["lr"])
+            speed[precision] = got["trainer"]
+            emit(f"trainer_{precision}_bs{batch}", got["trainer"], "img/s", detail)
             if device == "cuda" and batch == max(sizes["batches"]):
-                emit(f"peak_cuda_mb_{precision}_bs{batch}", seen[-1]["cuda_max_allocated_mb"], "MB",
+                emit(f"peak_cuda_mb_{precision}_bs{batch}", got["last"]["cuda_max_allocated_mb"], "MB",
                      f"torch.cuda.max_memory_allocated of one trial, its data split ({split_mb:.0f} MB) included")
-            bare = bare_loop(train, batch, torch.get_num_threads(), sizes["epochs"], device, precision, width)
-            emit(f"bare_loop_{precision}_bs{batch}", bare, "img/s", detail)
-            emit(f"trainer_vs_bare_{precision}_bs{batch}", speed[precision] / bare, "x",
+            emit(f"bare_loop_{precision}_bs{batch}", got["bare"], "img/s", detail)
+            emit(f"trainer_vs_bare_{precision}_bs{batch}", got["ratio"], "x",
                  "trainer / bare loop: same model, data, batch, precision")
         emit(f"bf16_speedup_bs{batch}", speed["bf16"] / speed["fp32"], "x", "trainer images/s, bf16 / fp32")
 

@@ -1,6 +1,7 @@
 """What every bench section shares: a row of figures and its goal, one writer of row tables, the
-workloads (synthetic data, the busy trainer) and the two ways of running them (through tuning.run's
-path, and through a plain ``tune.run`` as Ray's own peer).
+workloads (synthetic data, the busy trainer), the two ways of running them (through tuning.run's
+path, and through a plain ``tune.run`` as Ray's own peer), and the one measurement of the trainer
+against a bare PyTorch loop that the bench and the GPU check share.
 
 No torch at import: the overhead section's trials import this module for ``busy``, and a trial that
 imported torch would measure torch's import, not the harness."""
@@ -99,6 +100,69 @@ def busy(*, x: float, seconds: float, epochs: int, state=None, on_epoch=None, **
             pass
         on_epoch({"loss": x, "epoch": epoch + 1}, {"epoch": epoch + 1})
 
+
+# ---------------------------------------------------------------- the trainer against a bare loop
+
+def trainer_vs_bare(train, val, *, batch: int, epochs: int = 3, device: str = "cpu", precision: str = "fp32",
+                    width: int = 16, weight_decay: float = 5e-4, lr: float = 1e-3, threads: int | None = None) -> dict:
+    """Training images/s of the trainer and of bare_loop on the same model, data, batch, threads,
+    device and precision, each the fastest of epochs 2 to `epochs` (a shared machine only ever
+    slows a run down): the bench's throughput section and the GPU check's both measure this.
+    Returns {"trainer", "bare", "ratio": trainer / bare, "last": the trainer's last epoch's
+    metrics}; on CUDA "last" has the trainer's peak memory, counted from this call."""
+    import torch
+
+    from tuning import trainer
+
+    if threads:
+        torch.set_num_threads(threads)
+    if device == "cuda":  # the peak of this trainer alone, not of what ran before it
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    seen = []
+    trainer.train_cifar(lr=lr, batch_size=batch, epochs=epochs, train=train, val=val, device=device,
+                        precision=precision, width=width, weight_decay=weight_decay,
+                        on_epoch=lambda m, s: seen.append(m))
+    mine = max(m["images_per_s"] for m in seen[1:])
+    bare = bare_loop(train, batch, torch.get_num_threads(), epochs, device, precision, width)
+    return {"trainer": mine, "bare": bare, "ratio": mine / bare, "last": seen[-1]}
+
+
+def bare_loop(train, batch: int, threads: int, epochs: int = 3, device: str = "cpu",
+              precision: str = "fp32", width: int = 16) -> float:
+    """The reference: the same model, data, batch size, threads and precision in the plainest
+    PyTorch loop (no augmentation, no evaluation); images/s of its fastest epoch after the first.
+    On CUDA the split sits on the GPU, as the trainer keeps it."""
+    import torch
+    import torch.nn.functional as F
+
+    from tuning import trainer
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    dtype = trainer.autocast_dtype(precision, device)
+    x_all, y_all = train.x.to(device), train.y.to(device)
+    model = trainer.make_model(width).to(device, memory_format=torch.channels_last)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model.train()
+    speeds = []
+    for _ in range(epochs):
+        t, seen = time.perf_counter(), 0
+        order = torch.randperm(len(train), device=device)
+        for i in range(0, len(order) - batch + 1, batch):
+            idx = order[i:i + batch]
+            with trainer.autocast(dtype, device):
+                loss = F.cross_entropy(model(x_all[idx].contiguous(memory_format=torch.channels_last)), y_all[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss.item()  # as the trainer does: one host sync per step
+            seen += len(idx)
+        speeds.append(seen / (time.perf_counter() - t))
+    return max(speeds[1:])
+
+
+# ---------------------------------------------------------------- rows
 
 def row(section: str, metric: str, value: float, unit: str, detail: str) -> dict:
     """One figure of bench.csv; its goal, if docs/performance.md sets one."""
