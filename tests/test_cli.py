@@ -70,6 +70,10 @@ def test_a_numeric_flag_refuses_a_value_that_makes_no_sense(capsys, tmp_path, mo
     assert list(tmp_path.iterdir()) == []  # refused before anything was written
 
 
+NUMBER_CHECKS = {"int_at_least", "positive_int", "non_negative_int", "positive_float", "non_negative_float",
+                 "fraction", "comma_separated", "_duration"}
+
+
 def _numeric_flags(path) -> set[str]:
     """The flags a module declares with a number's type: int or float (unchecked), or a check."""
     found = set()
@@ -87,11 +91,7 @@ def _numeric_flags(path) -> set[str]:
     return found
 
 
-NUMBER_CHECKS = {"int_at_least", "positive_int", "non_negative_int", "positive_float", "non_negative_float",
-                 "fraction", "comma_separated", "_duration"}
-
-
-def test_the_table_above_holds_every_numeric_flag():
+def test_flags_holds_every_numeric_flag():
     # A new numeric flag is either in FLAGS (and so tested) or this fails.
     for command, (_, path) in COMMANDS.items():
         assert _numeric_flags(ROOT / path) == {flag for c, _, flag, _ in FLAGS if c == command}, command
