@@ -53,9 +53,9 @@ def workdir(tmp_path):
     return tmp_path
 
 
-def _refused(capsys, argv, needle, root: Path):
+def _refused(capsys, argv, root: Path, *needles):
     before = _tree(root)
-    err = refused(capsys, main, argv, needle)
+    err = refused(capsys, main, argv, *needles)
     assert _tree(root) == before  # nothing on disk changed
     return err
 
@@ -66,29 +66,27 @@ def test_malformed_space(capsys, workdir, case):
     space = workdir / f"{case}.py"
     space.write_text(source)
     _refused(capsys, ["--space", str(space), "--strategy", "grid" if case == "grid_too_large" else "asha",
-                      "--results-dir", str(workdir / "new")], needle, workdir)
+                      "--results-dir", str(workdir / "new")], workdir, needle)
 
 
-@pytest.mark.parametrize("argv,needle", [
-    (["--space", "cifar_asha", "--strategy", "hill-climbing"], "invalid choice: 'hill-climbing'"),
-    (["--space", "cifar_asha", "--num-samples", "0"], "--num-samples must be at least 1"),
-    (["--space", "cifar_asha", "--max-epochs", "-2"], "--max-epochs must be at least 1"),
-    (["--space", "cifar_asha", "--max-failures", "-1"], "--max-failures must be at least 0"),
-    (["--space", "no_such_space"], "available spaces are"),
-    ([], "--space is required"),
+# A numeric flag's value that makes no sense: tests/test_cli.py, for every command.
+@pytest.mark.parametrize("argv,needles", [
+    (["--space", "cifar_asha", "--strategy", "hill-climbing"], ["invalid choice: 'hill-climbing'"]),
+    (["--space", "no_such_space"], ["no_such_space", "available spaces are", "cifar_asha"]),
+    ([], ["--space is required"]),
     # Checked with pyarrow, as Ray opens it, before anything starts (an unknown scheme needs no network).
     (["--space", "counting_ones", "--storage-path", "nosuchscheme://bucket/x"],
-     "argument --storage-path: nosuchscheme://bucket/x cannot be opened (Unrecognized filesystem type"),
+     ["argument --storage-path: nosuchscheme://bucket/x cannot be opened (", "give a folder every node reaches"]),
     # Growing a search (docs/growing-a-search.md).
-    (["--space", "counting_ones", "--add-samples", "3"], "--add-samples needs --resume DIR"),
-    (["--space", "counting_ones", "--time-budget", "5x"], "argument --time-budget: give a positive duration"),
-    (["--space", "counting_ones", "--time-budget", "0s"], "argument --time-budget: give a positive duration"),
-    (["--space", "counting_ones", "--warm-start-top", "2"], "--warm-start-top needs --warm-start DIR"),
-    (["--space", "counting_ones", "--warm-start", "/no/such/run"], "--warm-start /no/such/run: not a tuning.run results"),
-    (["--space", "counting_ones", "--strategy", "grid", "--warm-start", "/no/such/run"], "grid search walks its fixed"),
+    (["--space", "counting_ones", "--add-samples", "3"], ["--add-samples needs --resume DIR"]),
+    (["--space", "counting_ones", "--warm-start-top", "2"], ["--warm-start-top needs --warm-start DIR"]),
+    (["--space", "counting_ones", "--warm-start", "/no/such/run"],
+     ["--warm-start /no/such/run: not a tuning.run results"]),
+    (["--space", "counting_ones", "--strategy", "grid", "--warm-start", "/no/such/run"],
+     ["grid search walks its fixed"]),
 ])
-def test_bad_flags(capsys, workdir, argv, needle):
-    _refused(capsys, argv + ["--results-dir", str(workdir / "new")], needle, workdir)
+def test_bad_flags(capsys, workdir, argv, needles):
+    _refused(capsys, argv + ["--results-dir", str(workdir / "new")], workdir, *needles)
 
 
 @pytest.mark.parametrize("command,positional", [("run", []), ("compare", ["experiments/counting_ones"]),
@@ -114,10 +112,10 @@ def test_address_auto_with_no_cluster_on_the_machine(tmp_path):
                            "--smoke", "--results-dir", str(tmp_path / "results")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
-    assert done.stderr.strip().splitlines() == [
-        "tuning.run: error: --address auto: Could not find any running Ray instance. Please specify the one to "
-        "connect to by setting `--address` flag or `RAY_ADDRESS` environment variable. Start one with "
-        "`ray start --head`, or give HOST:PORT of its head"]
+    # One line: the flag, Ray's own reason (its words are Ray's to change), what to do.
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("tuning.run: error: --address auto: ") and "Traceback" not in done.stderr
+    assert line.endswith(". Start one with `ray start --head`, or give HOST:PORT of its head"), line
     assert not (tmp_path / "results").exists()
 
 
@@ -128,20 +126,26 @@ def _run_json(folder, status: str) -> None:
 
 
 def test_resume_of_a_missing_dir(capsys, workdir):
-    _refused(capsys, ["--resume", str(workdir / "gone")], "no such folder", workdir)
+    _refused(capsys, ["--resume", str(workdir / "gone")], workdir, "no such folder")
 
 
 def test_resume_of_a_dir_that_is_no_experiment(capsys, workdir):
-    _refused(capsys, ["--resume", str(workdir / "earlier")], "not a tuning.run results dir", workdir)
+    _refused(capsys, ["--resume", str(workdir / "earlier")], workdir, "not a tuning.run results dir")
 
 
 def test_resume_of_a_finished_experiment(capsys, workdir):
     _run_json(workdir / "earlier", "finished")
-    _refused(capsys, ["--resume", str(workdir / "earlier")], "finished already", workdir)
+    _refused(capsys, ["--resume", str(workdir / "earlier")], workdir, "finished already")
 
 
 def test_results_dir_with_results_in_it(capsys, workdir):
-    _refused(capsys, ["--space", "cifar_asha", "--results-dir", str(workdir / "earlier")], "not empty", workdir)
+    _refused(capsys, ["--space", "cifar_asha", "--results-dir", str(workdir / "earlier")], workdir, "not empty")
+
+
+def test_results_dir_that_cannot_be_written(capsys, workdir):
+    blocker = workdir / "earlier" / "trials.csv"  # a file where a folder would have to go
+    _refused(capsys, ["--space", "cifar_asha", "--results-dir", str(blocker / "results")], workdir,
+             "cannot write to results dir", "--results-dir")
 
 
 def test_results_dir_held_by_another_run(capsys, workdir):
@@ -150,7 +154,7 @@ def test_results_dir_held_by_another_run(capsys, workdir):
     _run_json(workdir / "earlier", "running")
     with FileLock(str(workdir / "earlier" / ".lock")):
         before = _tree(workdir)
-        _refused(capsys, ["--resume", str(workdir / "earlier")], "in use by another tuning.run", workdir)
+        _refused(capsys, ["--resume", str(workdir / "earlier")], workdir, "in use by another tuning.run")
     assert _tree(workdir) == before
 
 
@@ -163,7 +167,7 @@ def _cifar_copy(synthetic_source, to: Path) -> Path:
 def test_cifar10_files_that_fail_their_md5_are_named(capsys, workdir, synthetic_source):
     data_dir = _cifar_copy(synthetic_source, workdir / "data")
     _refused(capsys, ["--space", "cifar_asha", "--data", "cifar10", "--data-dir", str(data_dir),
-                      "--results-dir", str(workdir / "new")], "data_batch_1 fails its md5 check", workdir)
+                      "--results-dir", str(workdir / "new")], workdir, "data_batch_1 fails its md5 check")
 
 
 def test_partial_cifar10_names_the_missing_file(capsys, workdir, synthetic_source):
@@ -171,16 +175,17 @@ def test_partial_cifar10_names_the_missing_file(capsys, workdir, synthetic_sourc
     for f in (data_dir / "cifar-10-batches-py").iterdir():
         f.unlink()
     _refused(capsys, ["--space", "cifar_asha", "--data-dir", str(data_dir), "--results-dir", str(workdir / "new")],
-             "data_batch_1 is missing", workdir)
+             workdir, "data_batch_1 is missing")
 
 
 def test_cifar10_required_but_absent(capsys, workdir):
     # The suite sets TUNING_NO_DOWNLOAD=1: the refusal, not a download, on a machine with internet too.
     _refused(capsys, ["--space", "cifar_asha", "--data", "cifar10", "--data-dir", str(workdir / "nodata"),
-                      "--results-dir", str(workdir / "new")], "downloads are off (TUNING_NO_DOWNLOAD=1)", workdir)
+                      "--results-dir", str(workdir / "new")], workdir,
+             "CIFAR-10 not found", "downloads are off (TUNING_NO_DOWNLOAD=1)", "--data synthetic")
 
 
 def test_data_dir_that_cannot_hold_synthetic_data(capsys, workdir):
     blocker = workdir / "earlier" / "trials.csv"  # a file where a folder would have to go
     _refused(capsys, ["--space", "cifar_asha", "--data", "synthetic", "--data-dir", str(blocker),
-                      "--results-dir", str(workdir / "new")], "choose a writable --data-dir", workdir)
+                      "--results-dir", str(workdir / "new")], workdir, "choose a writable --data-dir")

@@ -1,98 +1,137 @@
-"""Bad input: one line naming what is wrong and how to fix it, exit 2, no traceback, nothing lost."""
+"""The command lines: every numeric flag of every command refuses a value that makes no sense
+(one line naming the flag, exit 2, no traceback, nothing written), every --help prints, and
+tuning.run's checks against the Ray it runs on. tuning.run's other bad input: test_bad_input.py."""
 
-import argparse
+import ast
 
 import pytest
 
 from cli_helpers import refused
-from tuning.run import build_parser, main
+from conftest import ROOT
+from tuning import compare, doctor, run
+from tuning.bench import calibration, gpucheck
+from tuning.bench import cli as bench
+from tuning.report import comparison as report
+
+# Each command, as it names itself in its errors: its main and the module declaring its flags.
+COMMANDS = {"tuning.run": (run.main, "tuning/run.py"), "tuning.compare": (compare.main, "tuning/compare.py"),
+            "tuning.report": (report.main, "tuning/report/comparison.py"),
+            "tuning.bench": (bench.main, "tuning/bench/cli.py"),
+            "tuning.bench.gpucheck": (gpucheck.main, "tuning/bench/gpucheck.py"),
+            "tuning.bench.calibration": (calibration.main, "tuning/bench/calibration.py"),
+            "tuning.doctor": (doctor.main, "tuning/doctor.py")}
+
+# Values that make no sense, by what a flag takes (tuning/cli.py's checks; run's --time-budget).
+BAD = {
+    "count": ["0", "-2", "1.5", "nan"],
+    "at least 0": ["-1", "nan"],
+    "at least 5": ["4", "0"],
+    "positive": ["0", "-1", "nan", "inf", "ten"],
+    "0 or more": ["-0.5", "nan", "inf"],
+    "fraction": ["0", "1.5", "nan"],
+    "duration": ["0s", "0.0h", "5x", "inf"],
+    "positive list": ["1e-3,0", "1e-3,nan"],
+    "count list": ["64,0", "64,1.5"],
+}
+
+# Every numeric flag of every command: (command, arguments that reach it, flag, what it takes).
+# Paths are relative: the test runs in an empty folder, which must stay empty.
+FLAGS = [
+    *[("tuning.run", ["--space", "counting_ones"], flag, kind) for flag, kind in [
+        ("--add-samples", "count"), ("--warm-start-top", "count"), ("--time-budget", "duration"),
+        ("--num-samples", "count"), ("--max-epochs", "count"), ("--seed", "at least 0"),
+        ("--cpus-per-trial", "positive"), ("--gpus-per-trial", "0 or more"), ("--workers-per-trial", "count"),
+        ("--max-failures", "at least 0")]],
+    ("tuning.compare", ["experiments/counting_ones"], "--seeds", "count"),
+    ("tuning.compare", ["experiments/counting_ones"], "--budget", "positive"),
+    *[("tuning.bench.gpucheck", [], flag, kind) for flag, kind in [
+        ("--target-accuracy", "fraction"), ("--lr", "positive"), ("--batch-size", "count"),
+        ("--budget-s", "positive"), ("--deadline", "positive")]],
+    ("tuning.bench.calibration", ["probe"], "--images", "at least 5"),
+    ("tuning.bench.calibration", ["probe"], "--seed", "at least 0"),
+    ("tuning.bench.calibration", ["examples", "examples.png"], "--seed", "at least 0"),
+    ("tuning.bench.calibration", ["table", "run"], "--early-epoch", "count"),
+    *[("tuning.bench.calibration", ["proxy", "run"], flag, kind) for flag, kind in [
+        ("--early-epoch", "count"), ("--train", "count"), ("--val", "count"), ("--epochs", "count"),
+        ("--lr", "positive list"), ("--batch-size", "count list"), ("--seed", "at least 0"),
+        ("--jobs", "count"), ("--threads", "count")]],
+]
+# report, bench and doctor take no numbers.
 
 
-@pytest.fixture
-def results(tmp_path):
-    return str(tmp_path / "results")
+@pytest.mark.parametrize("command,before,flag,value", [
+    pytest.param(command, before, flag, value, id=f"{command}-{flag}={value}")
+    for command, before, flag, kind in FLAGS for value in BAD[kind]])
+def test_a_numeric_flag_refuses_a_value_that_makes_no_sense(capsys, tmp_path, monkeypatch, command, before, flag,
+                                                            value):
+    monkeypatch.chdir(tmp_path)
+    line = refused(capsys, COMMANDS[command][0], [*before, flag, value], f"{flag} must be ", value)
+    assert line.startswith(f"{command}: error: {flag} must be ") and ", got " in line
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
 
 
-def test_unknown_space_lists_available(capsys, results):
-    refused(capsys, main, ["--space", "cifar_nope", "--results-dir", results], "cifar_nope", "cifar_asha")
+NUMBER_CHECKS = {"int_at_least", "positive_int", "non_negative_int", "positive_float", "non_negative_float",
+                 "fraction", "comma_separated", "_duration"}
 
 
-@pytest.mark.parametrize("flag,value", [("--num-samples", "0"), ("--num-samples", "-3"),
-                                        ("--max-epochs", "0"), ("--seed", "-1")])
-def test_non_positive_counts(capsys, results, flag, value):
-    refused(capsys, main, ["--space", "cifar_asha", flag, value, "--results-dir", results], flag, value)
+def _numeric_flags(path) -> set[str]:
+    """The flags a module declares with a number's type: int or float (unchecked), or a check."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "add_argument":
+            kind = next((k.value for k in node.keywords if k.arg == "type"), None)
+            if isinstance(kind, ast.Call):  # cli.int_at_least(5), cli.comma_separated(...)
+                kind = kind.func
+            name = getattr(kind, "attr", None) or getattr(kind, "id", None)
+            if name in ("int", "float"):
+                pytest.fail(f"{path} {node.args[0].value}: type={name} lets nonsense through: use a check "
+                            "from tuning/cli.py")
+            if name in NUMBER_CHECKS:
+                found.add(node.args[0].value)
+    return found
 
 
-def test_missing_space_flag(capsys):
-    refused(capsys, main, [], "--space")
+def test_flags_holds_every_numeric_flag():
+    # A new numeric flag is either in FLAGS (and so tested) or this fails.
+    for command, (_, path) in COMMANDS.items():
+        assert _numeric_flags(ROOT / path) == {flag for c, _, flag, _ in FLAGS if c == command}, command
 
 
-def test_cifar10_without_the_data(capsys, tmp_path, results):
-    refused(capsys, main, ["--space", "cifar_asha", "--data", "cifar10", "--data-dir", str(tmp_path / "empty"),
-                           "--results-dir", results], "CIFAR-10 not found", "downloads are off (TUNING_NO_DOWNLOAD=1)",
-            "--data synthetic")
-
-
-def test_results_dir_that_cannot_be_written(capsys, tmp_path):
-    blocker = tmp_path / "a-file"
-    blocker.write_text("not a folder")
-    refused(capsys, main, ["--space", "cifar_asha", "--results-dir", str(blocker / "results")],
-            "cannot write to results dir", "--results-dir")
-
-
-def test_results_dir_with_earlier_results_is_left_alone(capsys, tmp_path):
-    earlier = tmp_path / "earlier"
-    earlier.mkdir()
-    (earlier / "trials.csv").write_text("precious")
-    refused(capsys, main, ["--space", "cifar_asha", "--results-dir", str(earlier)], "not empty")
-    assert (earlier / "trials.csv").read_text() == "precious"
+@pytest.mark.parametrize("argv", [[c, "--help"] for c in COMMANDS] + [
+    ["tuning.bench.calibration", sub, "--help"] for sub in ("table", "proxy", "probe", "examples")])
+def test_every_help_prints(capsys, argv):
+    # argparse formats a help string only when --help asks: a stray % in one is a traceback there.
+    with pytest.raises(SystemExit) as exit_:
+        COMMANDS[argv[0]][0](argv[1:])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python -m tuning.") and "--help" in out
 
 
 def test_more_gpus_than_ray_sees(capsys, tmp_path, ray_2cpus):
     results = tmp_path / "results"
-    refused(capsys, main, ["--space", "cifar_asha", "--smoke", "--gpus-per-trial", "1",
-                           "--data-dir", str(tmp_path / "data"), "--results-dir", str(results)],
+    refused(capsys, run.main, ["--space", "cifar_asha", "--smoke", "--gpus-per-trial", "1",
+                               "--data-dir", str(tmp_path / "data"), "--results-dir", str(results)],
             "--gpus-per-trial 1", "0 GPUs")
     assert not results.exists()  # refused before anything was written
 
 
 def test_more_cpus_than_ray_sees(capsys, tmp_path, ray_2cpus):
-    refused(capsys, main, ["--space", "cifar_asha", "--smoke", "--cpus-per-trial", "3",
-                           "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+    refused(capsys, run.main, ["--space", "cifar_asha", "--smoke", "--cpus-per-trial", "3",
+                               "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
             "--cpus-per-trial 3", "2 CPUs")
 
 
-def test_help_explains_every_flag(capsys):
-    with pytest.raises(SystemExit) as exit_:
-        main(["--help"])
-    assert exit_.value.code == 0
-    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
-    flags = [a for a in build_parser()._actions if a.option_strings and a.dest != "help"]
-    assert len(flags) >= 18
-    for action in flags:  # every flag the parser takes, each with its explanation
-        assert action.help and action.help != argparse.SUPPRESS, action.option_strings
-        for flag in action.option_strings:
-            assert flag in out
-        explanation = " ".join(action.help.split()) % {"default": action.default}
-        assert explanation in out, action.option_strings
-
-
 def test_workers_per_trial_must_split_the_batch_sizes(capsys, tmp_path, ray_2cpus):
-    refused(capsys, main, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "3", "--cpus-per-trial", "2",
-                           "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+    refused(capsys, run.main, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "3", "--cpus-per-trial",
+                               "2", "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
             "do not all split evenly over 3 ranks")
 
 
 def test_workers_per_trial_is_for_cpu_trials(capsys, tmp_path, ray_2cpus):
-    refused(capsys, main, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "2", "--gpus-per-trial", "0.5",
-                           "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+    refused(capsys, run.main, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "2", "--gpus-per-trial",
+                               "0.5", "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
             "--workers-per-trial 2 is for CPU trials")
-
-
-def test_zero_workers(capsys, tmp_path, ray_2cpus):
-    refused(capsys, main, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "0",
-                           "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
-            "--workers-per-trial must be at least 1")
 
 
 def test_a_storage_folder_is_made_absolute_for_tune(tmp_path, monkeypatch):

@@ -1,12 +1,50 @@
-"""grid, random and BOHB end to end in smoke size, through real Ray (ASHA: test_smoke.py)."""
+"""Every strategy end to end over one small space, in the default suite; then grid, random and
+BOHB in smoke size through tuning.run's command line (ASHA: test_smoke.py), under make test-all."""
 
+import itertools
 import json
 
 import pandas as pd
 import pytest
 
+import tuning
 from conftest import run_cli
 from tuning import spaces
+
+# Multi-fidelity Hartmann-6 (tuning/benchmarks.py): no data, no model, so a trial costs what Tune's
+# own bookkeeping costs. Four trials, as many as the grid's points (2 x 2, the other four parameters
+# at the middle); 3 epochs: Hyperband's and BOHB's rungs at 1 and 3.
+SMALL = tuning.Space(params={f"x{i}": tuning.Uniform(0.0, 1.0, grid=2 if i < 2 else 1) for i in range(6)},
+                     trainer="mf_hartmann", num_samples=4, max_epochs=3, grace_period=1, reduction_factor=3,
+                     cpus_per_trial=1, gpus_per_trial=0)
+FILES = ["trials.csv", "epochs.csv", "run.json", "best_config.json", "report.md", "report.html"]
+
+
+@pytest.mark.parametrize("strategy", spaces.STRATEGIES)
+def test_every_strategy_searches_the_small_space_end_to_end(ray_2cpus, tmp_path, strategy):
+    """One local Ray for all (ray_2cpus): each strategy runs its trials, writes every file, and
+    names as best the full-budget trial with the lowest loss, a configuration inside the space."""
+    result = tuning.search(None, SMALL, strategy=strategy, seed=0, results_dir=tmp_path / "r")
+    grid = list(itertools.product(*(p.grid_values() for p in SMALL.params.values())))
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    assert result.status == "finished" and len(trials) == SMALL.num_samples == len(grid)
+    assert result.succeeded == len(trials) and (trials["strategy"] == strategy).all()
+    assert trials["epochs"].between(1, 3).all() and (trials["epochs"] == 3).any()
+    assert set(pd.read_csv(tmp_path / "r" / "epochs.csv")["trial_id"]) == set(trials["trial_id"])
+    for name in FILES:
+        assert (tmp_path / "r" / name).stat().st_size > 0, name
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["strategy"] == strategy
+
+    config = result.best_config
+    assert set(config) == set(SMALL.params) and all(0 <= v <= 1 for v in config.values())
+    if strategy == "grid":  # every point once, the best among them
+        assert sorted(map(tuple, trials[list(SMALL.params)].values)) == sorted(grid)
+        assert tuple(config[p] for p in SMALL.params) in grid
+    full = trials[trials["epochs"] == 3]
+    winner = full.loc[full["loss"].idxmin()]
+    assert result.best.trial_id == winner["trial_id"] and result.best.epochs == 3
+    assert config == pytest.approx({p: winner[p] for p in SMALL.params})
+    assert json.loads((tmp_path / "r" / "best_config.json").read_text())["config"] == pytest.approx(config)
 
 
 def _run(tmp_path_factory, name, *args):

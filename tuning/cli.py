@@ -1,8 +1,11 @@
 """What the command lines share: a bad flag is one line and exit 2, like every other bad input;
-a checked --storage-path; and SIGTERM, which stops a command the way Ctrl-C does."""
+the checks every numeric flag's value passes; a checked --storage-path; and SIGTERM, which stops
+a command the way Ctrl-C does."""
 
 import argparse
 import contextlib
+import math
+import re
 import signal
 from pathlib import Path
 
@@ -27,7 +30,67 @@ class Parser(argparse.ArgumentParser):
     """argparse, except that a bad flag raises UsageError (one line) instead of dumping the usage."""
 
     def error(self, message):
+        # A value refused by one of the checks below: "argument --seeds: must be ..." reads as
+        # "--seeds must be ..., got 0", which says all there is to say.
+        refused = re.fullmatch(r"argument (\S+): (must .*)", message)
+        if refused:
+            raise UsageError(f"{refused[1]} {refused[2]}")
         raise UsageError(f"{message} (see --help)")
+
+
+# Checks for numeric flags, as argparse `type=`: a value that makes no sense (a count below 1, a
+# negative size, NaN, inf) is refused while the flags are parsed, before anything starts or is written.
+
+def int_at_least(minimum: int):
+    """A whole number of at least minimum."""
+    def check(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {text}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+        return value
+    return check
+
+
+positive_int = int_at_least(1)  # counts: samples, epochs, workers, jobs
+non_negative_int = int_at_least(0)  # seeds, retries
+
+
+def _number(text: str, fits, says: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and fits(value)):
+        raise argparse.ArgumentTypeError(f"must be {says}, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0: a learning rate, a budget, CPUs per trial."""
+    return _number(text, lambda v: v > 0, "a positive number")
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number of 0 or more: GPUs per trial."""
+    return _number(text, lambda v: v >= 0, "a number of 0 or more")
+
+
+def fraction(text: str) -> float:
+    """A number in (0, 1]: an accuracy to reach."""
+    return _number(text, lambda v: 0 < v <= 1, "in (0, 1]")
+
+
+def comma_separated(each):
+    """A comma-separated list, every item checked by each: `--lr 1e-3,3e-3`."""
+    def check(text: str) -> list:
+        try:
+            return [each(item) for item in text.split(",")]
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentTypeError(f"{exc} (in {text})") from None
+    return check
 
 
 def storage_path(value: str) -> str:

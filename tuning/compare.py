@@ -293,8 +293,9 @@ def main(argv: list[str] | None = None) -> int:
                         "epochs, one grid's worth of budget unless --budget")
     p.add_argument("--smoke", action="store_true",
                    help=f"the experiment's CI-sized settings, on a local Ray of {cli.SMOKE_CPUS} CPUs")
-    p.add_argument("--seeds", type=int, help="run seeds 0..N-1 instead of the experiment's")
-    p.add_argument("--budget", type=float, help="full evaluations per strategy run, instead of the experiment's")
+    p.add_argument("--seeds", type=cli.positive_int, help="run seeds 0..N-1 instead of the experiment's")
+    p.add_argument("--budget", type=cli.positive_float,
+                   help="full evaluations per strategy run, instead of the experiment's")
     p.add_argument("--out", help="output folder (default results/compare/<name>[-smoke]); finished runs "
                                  "in it are kept, not run again")
     p.add_argument("--address", metavar="auto|HOST:PORT",
@@ -315,10 +316,6 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError("give an experiment (e.g. experiments/counting_ones) or --replay RESULTS_DIR, "
                                  "one of the two")
             name, exp = load_experiment(args.experiment) if args.replay is None else replay_experiment(args.replay)
-            if args.seeds is not None and args.seeds < 1:
-                raise UsageError(f"--seeds must be at least 1, got {args.seeds}")
-            if args.budget is not None and args.budget <= 0:
-                raise UsageError(f"--budget must be positive, got {args.budget:g}")
             out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
             track = tracking.check(args.mlflow, args.mlflow_experiment, f"compare-{name}", out.absolute())
             html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,

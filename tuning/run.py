@@ -23,13 +23,13 @@ def _add_growth_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--resume", metavar="DIR",
                    help="continue the unfinished experiment in this results dir (after a crash or Ctrl-C), "
                         "with the settings it was started with; with --add-samples, a finished one too")
-    p.add_argument("--add-samples", type=int, metavar="N",
+    p.add_argument("--add-samples", type=cli.positive_int, metavar="N",
                    help="with --resume: N more trials under the same strategy and seed lineage (new random "
                         "draws, the grid's next points, BOHB's model as it stands); earlier trials are kept")
     p.add_argument("--warm-start", nargs="+", metavar="DIR",
                    help="start from earlier runs of the same space: BOHB's model is given their results; "
                         "random, ASHA and Hyperband evaluate their best configurations first")
-    p.add_argument("--warm-start-top", type=int, metavar="K",
+    p.add_argument("--warm-start-top", type=cli.positive_int, metavar="K",
                    help="with --warm-start under random, ASHA or Hyperband: how many of the earlier best "
                         "configurations run first (default 3)")
     p.add_argument("--time-budget", metavar="DURATION", type=_duration,
@@ -50,14 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="search strategy, overriding the space's: grid (grid search, FIFO), random "
                         "(random search, FIFO), asha (random search + ASHA), hyperband (random search + "
                         "synchronous Hyperband brackets), bohb (BOHB's model + the same brackets)")
-    p.add_argument("--num-samples", type=int,
+    p.add_argument("--num-samples", type=cli.positive_int,
                    help="trials to sample (default: the space's); with grid, how often the grid is repeated")
-    p.add_argument("--max-epochs", type=int, help="epochs of a full-budget trial (default: the space's)")
-    p.add_argument("--seed", type=int, help="seeds the search and every trial's init and data order")
-    p.add_argument("--cpus-per-trial", type=float, help="CPUs per trial; fractions allowed")
-    p.add_argument("--gpus-per-trial", type=float,
+    p.add_argument("--max-epochs", type=cli.positive_int, help="epochs of a full-budget trial (default: the space's)")
+    p.add_argument("--seed", type=cli.non_negative_int, help="seeds the search and every trial's init and data order")
+    p.add_argument("--cpus-per-trial", type=cli.positive_float, help="CPUs per trial; fractions allowed")
+    p.add_argument("--gpus-per-trial", type=cli.non_negative_float,
                    help="GPUs per trial; fractions share a GPU (default: 1 where GPUs exist, else 0)")
-    p.add_argument("--workers-per-trial", type=int,
+    p.add_argument("--workers-per-trial", type=cli.positive_int,
                    help="CPU trials: train each trial as W DistributedDataParallel (gloo) ranks sharing "
                         "its CPUs (default: the space's, usually 1). GPU trials run one rank per GPU")
     p.add_argument("--precision", choices=PRECISIONS,
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where Tune keeps the experiment and trial checkpoints: a folder every node reaches "
                         "(NFS) or a URI pyarrow opens (s3://bucket/path); default: RESULTS_DIR/tune. "
                         "Needed on a cluster of several machines")
-    p.add_argument("--max-failures", type=int, default=api.DEFAULT_MAX_FAILURES,
+    p.add_argument("--max-failures", type=cli.non_negative_int, default=api.DEFAULT_MAX_FAILURES,
                    help="retry a trial whose training raises up to this many times, from its last "
                         "checkpoint, before marking it failed (default 2)")
     p.add_argument("--tune-logs", action="store_true",
@@ -98,8 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _duration(text: str) -> float:
     try:
         return growth.parse_duration(text)
-    except UsageError as exc:
-        raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[1]) from None
+    except UsageError:
+        raise argparse.ArgumentTypeError(f"must be a positive duration such as 90s, 30m or 2h, got {text}") from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -266,13 +266,6 @@ def write_proxy_tables(directory: Path, ep: pd.DataFrame) -> pd.DataFrame:
     return ep
 
 
-def _floats(text: str) -> list[float]:
-    try:
-        return [float(v) for v in text.split(",")]
-    except ValueError:
-        raise cli.UsageError(f"expected comma-separated numbers, got {text!r}") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     from search_spaces._cifar import PARAMS as SPACE
 
@@ -281,26 +274,27 @@ def main(argv: list[str] | None = None) -> int:
     tab = sub.add_parser("table", help="the calibration table of a finished run")
     run = sub.add_parser("proxy", help="train the grid without Ray, on subsets (then the table)")
     lin = sub.add_parser("probe", help="how far a linear model on pixels gets (chance is 10%%)")
-    lin.add_argument("--images", type=int, default=5000, help="generated; 4/5 fit, 1/5 held out")
-    lin.add_argument("--seed", type=int, default=1)
+    lin.add_argument("--images", type=cli.int_at_least(5), default=5000, help="generated; 4/5 fit, 1/5 held out")
+    lin.add_argument("--seed", type=cli.non_negative_int, default=1)
     pic = sub.add_parser("examples", help="a PNG of example images, wrong labels framed in red")
     pic.add_argument("png", type=Path)
-    pic.add_argument("--seed", type=int, default=0)
+    pic.add_argument("--seed", type=cli.non_negative_int, default=0)
     for p in (tab, run):
         p.add_argument("dir", type=Path, help="results folder (trials.csv, epochs.csv)")
-        p.add_argument("--early-epoch", type=int, default=2, help="the epoch whose ranking is compared "
-                       "with the final one (default 2)")
-    run.add_argument("--train", type=int, default=8000, help="training images (default 8000 of 45000)")
-    run.add_argument("--val", type=int, default=2000, help="validation images (default 2000 of 5000)")
-    run.add_argument("--epochs", type=int, default=4)
-    run.add_argument("--lr", type=_floats, default=SPACE["lr"].grid_values(), help="comma-separated "
-                     "(default: cifar_grid's 4 points)")
-    run.add_argument("--batch-size", type=_floats, default=SPACE["batch_size"].grid_values())
-    run.add_argument("--seed", type=int, default=0, help="data and training seed")
+        p.add_argument("--early-epoch", type=cli.positive_int, default=2,
+                       help="the epoch whose ranking is compared with the final one (default 2)")
+    run.add_argument("--train", type=cli.positive_int, default=8000, help="training images (default 8000 of 45000)")
+    run.add_argument("--val", type=cli.positive_int, default=2000, help="validation images (default 2000 of 5000)")
+    run.add_argument("--epochs", type=cli.positive_int, default=4)
+    run.add_argument("--lr", type=cli.comma_separated(cli.positive_float), default=SPACE["lr"].grid_values(),
+                     help="comma-separated (default: cifar_grid's 4 points)")
+    run.add_argument("--batch-size", type=cli.comma_separated(cli.positive_int),
+                     default=SPACE["batch_size"].grid_values())
+    run.add_argument("--seed", type=cli.non_negative_int, default=0, help="data and training seed")
     run.add_argument("--data-dir", type=Path, default=Path("data"))
     run.add_argument("--device", default="cpu")
-    run.add_argument("--jobs", type=int, default=1, help="configurations trained at once")
-    run.add_argument("--threads", type=int, default=1, help="torch threads per configuration")
+    run.add_argument("--jobs", type=cli.positive_int, default=1, help="configurations trained at once")
+    run.add_argument("--threads", type=cli.positive_int, default=1, help="torch threads per configuration")
     try:
         args = parser.parse_args(argv)
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

@@ -54,18 +54,20 @@ def build_parser():
     p = cli.Parser(prog="python -m tuning.bench.gpucheck", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", help="output folder (default results/gpu-check-<time>)")
     p.add_argument("--data-dir", default="./data", help="where the synthetic data is generated (default ./data)")
-    p.add_argument("--target-accuracy", type=float, default=0.7,
+    p.add_argument("--target-accuracy", type=cli.fraction, default=0.7,
                    help="validation accuracy the accuracy step times the best configuration to (default 0.7)")
-    p.add_argument("--lr", type=float, default=2e-3, help="the best configuration's learning rate (default 2e-3)")
-    p.add_argument("--batch-size", type=int, default=512, help="the best configuration's batch (default 512)")
-    p.add_argument("--budget-s", type=float, default=420,
+    p.add_argument("--lr", type=cli.positive_float, default=2e-3,
+                   help="the best configuration's learning rate (default 2e-3)")
+    p.add_argument("--batch-size", type=cli.positive_int, default=512,
+                   help="the best configuration's batch (default 512)")
+    p.add_argument("--budget-s", type=cli.positive_float, default=420,
                    help="seconds for all steps together; a step gets min(its cap, what is left) (default 420)")
     p.add_argument("--only", action="append", choices=GPU_STEPS + CPU_STEPS,
                    help="run only this step (repeatable); the other steps' figures in --out are kept")
     p.add_argument("--rehearse", action="store_true",
                    help="without a GPU: run the GPU steps on CPU at toy sizes, to try the script itself")
     p.add_argument("--step", help=argparse.SUPPRESS)  # internal: run one step in this process
-    p.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
+    p.add_argument("--deadline", type=cli.positive_float, help=argparse.SUPPRESS)
     return p
 
 
