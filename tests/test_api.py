@@ -42,7 +42,10 @@ def test_a_second_search_in_the_same_process(tmp_path):
         assert not ray.is_initialized()
 
 
-@pytest.mark.parametrize("strategy", ["grid", "random", "asha", "hyperband", "bohb"])
+# test_strategies runs every strategy end to end in the default suite; here a user's max-mode metric,
+# under BOHB (whose model minimises) by default and under the others in make test-all.
+@pytest.mark.parametrize("strategy", [*(pytest.param(s, marks=pytest.mark.slow)
+                                       for s in ("grid", "random", "asha", "hyperband")), "bohb"])
 def test_a_score_trainer_completes_under_every_strategy(ray_here, tmp_path, strategy):
     result = tuning.search(None, score_space(), strategy=strategy, seed=1, results_dir=tmp_path / "r")
     assert result.status == "finished" and result.succeeded == len(result.trials)

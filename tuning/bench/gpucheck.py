@@ -75,8 +75,6 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         args = build_parser().parse_args(argv)
-        if not 0 < args.target_accuracy <= 1:
-            raise cli.UsageError(f"--target-accuracy must be in (0, 1], got {args.target_accuracy:g}")
         if args.step:
             return _run_one(args)
         out = _prepare_out(args)
