@@ -128,8 +128,17 @@ def reported_metrics(run_dir: Path, what: str = "") -> list[str]:
     except OSError:
         raise RecordError(f"{what + ': ' if what else ''}{run_dir} has no readable epochs.csv (the run is "
                           f"{rec.status!r}): a run writes its tables when it ends") from None
-    params = rec.params or rec.declaration.get("params") or {}
+    params = declarations(rec)
     return [c for c in header if c not in params and results.is_metric(c)]
+
+
+def declarations(rec: RunRecord) -> dict:
+    """The parameter declarations a run searched, as run.json holds them (spaces.declarations; read
+    back with spaces.from_declarations): `params`, written as the run starts, else the planned
+    declaration's, for a run that stopped before it started; {} for a run.json older than both.
+    Every reader of a run's parameters asks here (spaces imports this module, so the parsing
+    stays there and this module does not import spaces)."""
+    return rec.params or rec.declaration.get("params") or {}
 
 
 def exists(run_dir: Path) -> bool:

@@ -89,7 +89,7 @@ def _record(folder: str, what: str) -> tuple[records.RunRecord, dict, Path]:
         raise ReplayError(f"{what}: {folder} has no epochs.csv (the run is {rec.status!r}); a run writes its tables "
                           f"when it ends: replay a finished run, or finish this one with python -m tuning.run "
                           f"--resume {folder}")
-    decls = rec.params or rec.declaration.get("params")
+    decls = records.declarations(rec)
     if not decls:
         raise ReplayError(f"{what}: {folder}/run.json declares no parameters: it was written before runs "
                           "recorded their declaration, so the replay cannot know the ranges")

@@ -46,9 +46,10 @@ STALE_S = 900
 def searched(rec: RunRecord) -> tuple[dict, str, str]:
     """(parameter declarations, metric, mode) of a run, from its record: the axes the run searched,
     even if the space file has changed since."""
+    decls = records.declarations(rec)
     try:
-        if rec.params:
-            return spaces.from_declarations(rec.params), rec.metric, rec.mode
+        if decls:
+            return spaces.from_declarations(decls), rec.metric, rec.mode
         space = spaces.load(rec.space)  # a run dir from before run.json kept them: the space file as it is now
     except spaces.SpaceError as exc:
         raise ReportError(f"run.json's parameter declarations cannot be read, and its space does not load ({exc})") \
