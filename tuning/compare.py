@@ -27,7 +27,6 @@ from pathlib import Path
 import pandas as pd
 
 from tuning import backend, cli, data, growth, replay, results, spaces, tracking
-from tuning.report import analysis
 from tuning.report import comparison as report
 from tuning.cli import UsageError
 
@@ -168,7 +167,8 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
         if (strategy, seed) not in todo:
             print(f"[{i}/{len(jobs)}] {run_id}: finished in an earlier invocation, kept", flush=True)
             if tracker is not None:  # logged then, or now if that invocation was not tracked
-                tracker.run_done(run_id, strategy, seed, pd.read_csv(done), space.metric, space.mode)
+                tracker.run_done(run_id, strategy, seed, results.read_table(done.parent, run_id), space.metric,
+                                 space.mode)
             continue
         print(f"[{i}/{len(jobs)}] {run_id}: running ({budget:g} full evaluations of {max_t} iterations)", flush=True)
         started = time.monotonic()
@@ -183,8 +183,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
         print(f"[{i}/{len(jobs)}] {run_id}: done in {time.monotonic() - started:.0f} s, "
               f"{len(df)} iterations, {df['trial_id'].nunique() if len(df) else 0} trials", flush=True)
 
-    runs = pd.concat([pd.read_csv(out / "runs" / f"{s}-s{seed}.csv", dtype=analysis.ID_COLUMNS) for s, seed in jobs],
-                     ignore_index=True)
+    runs = pd.concat([results.read_table(out / "runs", f"{s}-s{seed}") for s, seed in jobs], ignore_index=True)
     # Equal budgets, exactly: results that arrived after a run had spent its budget (trials
     # already running when it ran out) are not counted. runs/*.csv keep them.
     runs = runs[runs["consumed_budget"] <= budget + 1e-9].reset_index(drop=True)
@@ -323,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             track = tracking.check(args.mlflow, args.mlflow_experiment, f"compare-{name}", out.absolute())
             html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,
                        address=args.address, storage_path=args.storage_path, track=track)
-        except (cli.TuningError, data.DataError, report.ReportError, backend.ClusterError) as exc:
+        except (cli.TuningError, data.DataError, report.ReportError, backend.ClusterError, results.ReadError) as exc:
             print(f"tuning.compare: error: {exc}", file=sys.stderr)
             return 2
         except results.WriteError as exc:  # a full disk: not bad input

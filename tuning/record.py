@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,13 +102,13 @@ def read(run_dir: Path, what: str = "") -> RunRecord:
     where = f"{what}: " if what else ""
     if not run_dir.is_dir():
         raise RecordError(f"{where}{run_dir}: no such folder; give the results dir of a tuning.run")
-    try:
-        data = json.loads((run_dir / FILE).read_text())
-    except FileNotFoundError:
+    if not exists(run_dir):
         raise RecordError(f"{where}{run_dir} is not a tuning.run results dir (no {FILE}): give the folder a "
-                          "run was started in") from None
-    except (OSError, ValueError) as exc:
-        raise RecordError(f"{where}{run_dir / FILE} cannot be read ({exc})") from None
+                          "run was started in")
+    try:
+        data = results.read_json(run_dir / FILE)
+    except results.ReadError as exc:
+        raise RecordError(f"{where}{exc.path} cannot be read ({exc.reason})") from None
     missing = [k for k in REQUIRED if not isinstance(data, dict) or k not in data]
     if missing:
         raise RecordError(f"{where}{run_dir / FILE} lacks {missing}: not a {FILE} a tuning run wrote")

@@ -62,15 +62,15 @@ def is_run_dir(path: Path) -> bool:
 
 
 def _table(run_dir: Path, name: str) -> pd.DataFrame:
-    parquet, csv = run_dir / f"{name}.parquet", run_dir / f"{name}.csv"
-    if not parquet.exists() and not csv.exists():
+    try:
+        table = results.read_table(run_dir, name)
+    except results.ReadError as exc:
+        raise ReportError(f"cannot read {name} table in {run_dir}: {exc.reason}") from None
+    if table is None:
         raise ReportError(f"{run_dir} has no {name}.csv: the run has not written its tables yet "
                           f"(it is still running, or it stopped: continue it with python -m tuning.run "
                           f"--resume {run_dir})")
-    try:
-        return pd.read_parquet(parquet) if parquet.exists() else pd.read_csv(csv)
-    except Exception as exc:  # pyarrow and the CSV parser raise many types; any means unreadable
-        raise ReportError(f"cannot read {name} table in {run_dir}: {exc}") from None
+    return table
 
 
 def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, RunRecord]:
