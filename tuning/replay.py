@@ -36,6 +36,7 @@ import pandas as pd
 from tuning import record as records
 from tuning import results, spaces
 from tuning.cli import TuningError
+from tuning.report.render import number
 
 log = logging.getLogger(__name__)
 
@@ -284,9 +285,8 @@ def fates(runs: pd.DataFrame, exp: dict, strategies: list[str]) -> tuple[pd.Data
     return counts, ends
 
 
-def report_blocks(runs: pd.DataFrame, exp: dict, strategies: list[str], number) -> list[tuple]:
-    """The report's section on a replayed comparison (tuning.report renders the blocks); `number`
-    formats a figure as the rest of the report does."""
+def report_blocks(runs: pd.DataFrame, exp: dict, strategies: list[str]) -> list[tuple]:
+    """The report's section on a replayed comparison (tuning.report renders the blocks)."""
     info, metric, max_t = exp["replay"], exp.get("metric", "loss"), int(exp["max_t"])
     out = outcomes(runs, exp)
     best = info["trials"][0]

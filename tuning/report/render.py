@@ -7,7 +7,18 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 from pathlib import Path
+
+import numpy as np
+
+
+def number(x, digits: int = 3, missing: str = "n/a") -> str:
+    """A figure as both reports print it: `digits` significant digits (numpy's too), `missing` for
+    none or NaN, anything else as its text."""
+    if x is None or (isinstance(x, (float, np.floating)) and math.isnan(x)):
+        return missing
+    return f"{x:.{digits}g}" if isinstance(x, (float, np.floating)) else str(x)
 
 
 def flatten(d: dict, prefix: str = ""):

@@ -27,7 +27,7 @@ from tuning import progress, results, spaces
 from tuning.report import runplots
 from tuning.report.analysis import ReportError
 from tuning.record import RunRecord
-from tuning.report.render import flatten, render_html, render_markdown
+from tuning.report.render import flatten, number, render_html, render_markdown
 
 log = logging.getLogger(__name__)
 
@@ -244,10 +244,8 @@ def _last_common_epoch(epochs: pd.DataFrame, metric: str, max_epochs: int) -> tu
 # ---------------------------------------------------------------- text
 
 def _cell(v) -> str:
-    """A value as a table cell: 4 significant digits, empty for a missing one."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    """A value as a table cell: 4 significant digits (a run's losses differ late), empty for a missing one."""
+    return number(v, 4, missing="")
 
 
 def _outcome(row) -> str:
