@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tuning import backend, cli, data, growth, replay, results, spaces, tracking
+from tuning import api, backend, cli, data, growth, replay, results, spaces, tracking
 from tuning.report import comparison as report
 from tuning.cli import UsageError
 
@@ -202,8 +202,8 @@ def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
     """The CIFAR data a comparison trains on (None for a synthetic benchmark)."""
     if space.trainer != "cifar":
         return None
-    source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0,
-                          synthetic_train=5000 if smoke else 50_000, synthetic_test=1000 if smoke else 10_000)
+    sizes = {k: api.SMOKE[k] for k in ("synthetic_train", "synthetic_test")} if smoke else {}  # tuning.run --smoke's
+    source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0, **sizes)
     log.warning("DATA: %s (%s)", "SYNTHETIC CIFAR-10-shaped images" if source.kind == "synthetic"
                 else "real CIFAR-10", source.root)
     return source
@@ -271,7 +271,8 @@ def _one_run(*, space, strategy, seed, max_t, budget, source, run_dir: Path, smo
         # trains at least one iteration, so the budget bounds the trials needed).
         num_samples=1 if grid else int(budget * max_t) + 1,
         max_epochs=max_t, seed=seed, cpus_per_trial=space.cpus_per_trial, gpus_per_trial=0,
-        source=source, results_dir=run_dir, max_train=2000 if smoke else None, max_val=500 if smoke else None,
+        source=source, results_dir=run_dir, max_train=api.SMOKE["max_train"] if smoke else None,
+        max_val=api.SMOKE["max_val"] if smoke else None,
         budget_iterations=int(round(budget * max_t)), progress=False, snapshot_every_step=False, callbacks=[rec],
         storage_path=storage_path, warm_rows=warm_rows or [], warm_points=warm_points or [])
     _, interrupted = backend.run(spec)
