@@ -49,3 +49,33 @@ def test_a_damaged_table_is_one_line_naming_it_in_every_reader(tmp_path, reader,
         reader(str(folder) if reader is replay.read else folder)
     message = str(caught.value)
     assert len(message.splitlines()) == 1 and "cannot read" in message and str(folder) in message
+
+
+def test_files_meant_for_committing_name_paths_inside_the_working_folder_relatively(tmp_path, monkeypatch):
+    # Written from inside tmp_path, as from a checkout: /tmp/pytest-.../ would name nothing elsewhere.
+    monkeypatch.chdir(tmp_path)
+    from types import SimpleNamespace
+
+    from tuning import compare
+
+    out, data = tmp_path / "out", SimpleNamespace(kind="synthetic", root=str(tmp_path / "data" / "synthetic"))
+    out.mkdir()
+    exp = compare.Experiment(space="counting_ones", budget=1, seeds=(0,))
+    compare._write_records(out, "x", exp, spaces.load("counting_ones"), data, smoke=True, budget=1, max_t=1,
+                           seeds=[0], argv=[str(tmp_path / "exp.py"), f"--out={out}", "--storage-path", "s3://b/x"])
+    prov = (out / "provenance.json").read_text()
+    assert str(tmp_path) not in prov + (out / "experiment.json").read_text()
+    assert '"command": "python -m tuning.compare exp.py --out=out --storage-path s3://b/x"' in prov
+    assert '"root": "data/synthetic"' in prov
+
+    run = _run(tmp_path / "run")  # and a run's report, from a run.json that keeps its paths whole
+    trials = [{"trial_id": tid, "config": {"x": x}, "status": "TERMINATED",
+               "rows": [{"training_iteration": t, "loss": x / t} for t in (1, 2)]} for tid, x in (("a", 0.2), ("b", 0.6))]
+    results.write_tables(run, results.trials_table(trials, ["x"], strategy="random", max_epochs=2),
+                         results.epochs_table(trials, ["x"]))
+    rec = record.read(run)
+    rec.argv, rec.data = ["--results-dir", str(run), "--data-dir", "/elsewhere/data"], data.__dict__
+    rec.write(run)
+    md = runreport.regenerate(run)["markdown"].read_text()
+    assert str(tmp_path) not in md and "| data.root | data/synthetic |" in md
+    assert "--results-dir run --data-dir /elsewhere/data" in md  # outside the working folder: as it was

@@ -85,8 +85,9 @@ def replay_experiment(folder: str) -> tuple[str, Experiment]:
         space=replay.PREFIX + folder, budget=spaces.grid_size(space),
         # Smoke: 4 epochs (rungs 1, 2, 4 at reduction factor 2), 2 seeds, 4 full evaluations.
         smoke={"budget": 4, "seeds": 2, "max_epochs": min(4, space.max_epochs)},
-        description=f"The learning curves recorded in {folder} ({space.metric}, {space.mode}imised; "
-                    f"{', '.join(space.params)}), replayed: what each strategy would have found, and at what cost.")
+        description=f"The learning curves recorded in {results.portable(folder)} ({space.metric}, "
+                    f"{space.mode}imised; {', '.join(space.params)}), replayed: what each strategy would have "
+                    "found, and at what cost.")
 
 
 def _space(name: str, what: str = "") -> tuple[spaces.Space, replay.Recorded | None]:
@@ -226,12 +227,14 @@ def _write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, s
         "mode": space.mode, "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seeds,
         "params": list(space.params), "optimum": known.get("optimum"),
         "regret": known.get("regret"), "dims": known.get("dims"),
-        "description": exp.description, "space": exp.space, "smoke": smoke, "reference": exp.reference,
-        "warm_from": exp.warm_from, **({"replay": replayed} if replayed else {})})
-    results.write_json(out / "provenance.json", {
-        "command": "python -m tuning.compare " + " ".join(argv),
-        "data": {"kind": source.kind if source else (exp.space if recorded else f"benchmark:{space.trainer}"),
-                 "root": source.root if source else None},
+        "description": exp.description, "space": results.portable(exp.space), "smoke": smoke,
+        "reference": exp.reference, "warm_from": exp.warm_from,
+        **({"replay": {**replayed, "dir": results.portable(replayed["dir"])}} if replayed else {})})
+    results.write_json(out / "provenance.json", {  # paths as results.portable gives them: these get committed
+        "command": "python -m tuning.compare " + " ".join(map(results.portable, argv)),
+        "data": {"kind": source.kind if source else (results.portable(exp.space) if recorded
+                                                     else f"benchmark:{space.trainer}"),
+                 "root": results.portable(source.root) if source else None},
         "machine": results.machine(), "seeds": seeds, "git_commit": results.git_commit(),
         "versions": results.versions()})
 

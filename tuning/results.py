@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import platform
+import re
 import subprocess
 import time
 from importlib import metadata
@@ -355,6 +356,21 @@ def machine() -> dict:
     except ImportError:
         gpus = []
     return {"cpu": cpu, "cpus": os.cpu_count(), "gpus": gpus, "date": time.strftime("%Y-%m-%d"), **versions()}
+
+
+def portable(text) -> str:
+    """A path as files meant to be committed record it (provenance, experiment.json, reports): relative
+    to the checkout this package runs from, else to the working folder, where it lies inside one of
+    them, since /work/... or /tmp/... names nothing on another machine; elsewhere, as it was. A
+    command-line token keeps what stands before its path (--out=, replay:)."""
+    m = re.fullmatch(r"([^/]*[=:])?(/.*)", str(text))
+    if not m:  # relative already, or not a path
+        return str(text)
+    path, root = Path(os.path.normpath(m[2])), Path(__file__).resolve().parents[1]
+    for base in ([root] if (root / ".git").exists() else []) + [Path.cwd()]:
+        if path.is_relative_to(base):
+            return (m[1] or "") + str(path.relative_to(base))
+    return str(text)
 
 
 def git_commit() -> str | None:

@@ -306,8 +306,15 @@ def _label(plan: RunRecord, metric: str) -> str:
 
 
 def _provenance(rec: RunRecord) -> pd.DataFrame:
+    """What produced the run. Its paths as results.portable gives them, as a report gets committed;
+    run.json keeps them whole, for --resume."""
     plan = rec.to_json()
-    command = ("python -m tuning.run " + shlex.join(rec.argv)) if rec.argv is not None else "tuning.search() in Python"
+    command = ("python -m tuning.run " + shlex.join(map(results.portable, rec.argv)) if rec.argv is not None
+               else "tuning.search() in Python")
+    if (rec.data or {}).get("root"):
+        plan["data"] = {**rec.data, "root": results.portable(rec.data["root"])}
+    for k in ("space", "storage_path"):  # a space's .py file; a shared folder (or s3://, kept)
+        plan[k] = plan[k] and results.portable(plan[k])
     keep = {"command": command, "trainer": rec.trainer,
             **{k: plan.get(k) for k in ("status", "started", "wall_time_s", "resumes", "git_commit", "space",
                                          "strategy", "seed", "num_samples", "max_epochs", "data",
