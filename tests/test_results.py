@@ -70,7 +70,8 @@ def test_files_meant_for_committing_name_paths_inside_the_working_folder_relativ
 
     run = _run(tmp_path / "run")  # and a run's report, from a run.json that keeps its paths whole
     trials = [{"trial_id": tid, "config": {"x": x}, "status": "TERMINATED",
-               "rows": [{"training_iteration": t, "loss": x / t} for t in (1, 2)]} for tid, x in (("a", 0.2), ("b", 0.6))]
+               "rows": [{"training_iteration": t, "loss": x / t} for t in (1, 2)]}
+              for tid, x in (("a", 0.2), ("b", 0.6))]
     results.write_tables(run, results.trials_table(trials, ["x"], strategy="random", max_epochs=2),
                          results.epochs_table(trials, ["x"]))
     rec = record.read(run)
