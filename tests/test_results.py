@@ -61,7 +61,7 @@ def test_files_meant_for_committing_name_paths_inside_the_working_folder_relativ
     out, data = tmp_path / "out", SimpleNamespace(kind="synthetic", root=str(tmp_path / "data" / "synthetic"))
     out.mkdir()
     exp = compare.Experiment(space="counting_ones", budget=1, seeds=(0,))
-    compare._write_records(out, "x", exp, spaces.load("counting_ones"), data, smoke=True, budget=1, max_t=1,
+    compare.write_records(out, "x", exp, spaces.load("counting_ones"), data, smoke=True, budget=1, max_t=1,
                            seeds=[0], argv=[str(tmp_path / "exp.py"), f"--out={out}", "--storage-path", "s3://b/x"])
     prov = (out / "provenance.json").read_text()
     assert str(tmp_path) not in prov + (out / "experiment.json").read_text()

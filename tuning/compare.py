@@ -190,7 +190,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     runs = runs[runs["consumed_budget"] <= budget + 1e-9].reset_index(drop=True)
     _write_csv(runs, out / "runs.csv")
     runs.to_parquet(out / "runs.parquet", index=False)
-    _write_records(out, name, exp, space, source, smoke=smoke, budget=budget, max_t=max_t, seeds=seed_list,
+    write_records(out, name, exp, space, source, smoke=smoke, budget=budget, max_t=max_t, seeds=seed_list,
                    argv=argv, recorded=recorded)
     written = report.write_report(out)
     if tracker is not None:
@@ -210,7 +210,7 @@ def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
     return source
 
 
-def _write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, source, *, smoke: bool,
+def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, source, *, smoke: bool,
                    budget: float, max_t: int, seeds: list[int], argv: list[str],
                    recorded: replay.Recorded | None = None) -> None:
     """experiment.json (what was compared, as the report reads it) and provenance.json (how). A
