@@ -12,7 +12,7 @@ import pytest
 
 import tuning
 from test_conditions import branch_space
-from tuning.report import analysis, runplots, runreport
+from tuning.report import analysis, fanova, runplots, runreport
 
 SAID = "momentum and nesterov are set in 8 of these 10 trials (only when optimizer = sgd)"
 
@@ -56,14 +56,14 @@ def test_the_run_writes_its_report_and_says_what_it_did_with_absent_values(branc
 def test_importance_of_a_conditional_parameter_is_over_the_trials_that_set_it(branch_run):
     trials, epochs, plan = runreport.load(branch_run[1])
     decls, metric, mode = runreport.searched(plan)
-    table, _ = runreport.importance(trials, decls, metric=metric, mode=mode, max_epochs=3, epochs=epochs)
+    table, _ = fanova.importance(trials, decls, metric=metric, mode=mode, max_epochs=3, epochs=epochs)
     first = table[table["computed over"] == "all 10 trials"]
     assert set(first["parameter"]) == {"optimizer", "lr", "width"}
     assert first["importance"].sum() == pytest.approx(1, abs=0.01)
     assert set(table["parameter"]) == set(decls)
     # Too few sgd trials for a fANOVA of their own: no importance for momentum and nesterov, and said.
     fewer = trials.drop(trials.index[trials["optimizer"] == "sgd"][:2])
-    table, note = runreport.importance(fewer, decls, metric=metric, mode=mode, max_epochs=3)
+    table, note = fanova.importance(fewer, decls, metric=metric, mode=mode, max_epochs=3)
     assert set(table["parameter"]) == {"optimizer", "lr", "width"}
     assert "momentum and nesterov are set in 6 of these 8 trials" in note and "too few" in note
 

@@ -20,11 +20,11 @@ from conftest import run_cli
 from report_helpers import assert_renders_in_chromium, dom_in_chromium, needs_chromium
 from tuning import results, spaces
 from tuning.report import comparison as report
-from tuning.report import runplots, runreport
+from tuning.report import fanova, runplots, runreport
 from tuning.record import RunRecord
 
 TESTS = Path(__file__).resolve().parent
-SAMPLES = 12  # >= MIN_IMPORTANCE_TRIALS, so the importance table is there
+SAMPLES = 12  # >= fanova.MIN_IMPORTANCE_TRIALS, so the importance table is there
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_importance_is_fanova_over_every_parameter(co_run):
     assert "| parameter | importance |" in section
     trials, _, plan = runreport.load(out)
     decls, metric, mode = runreport.searched(plan)
-    imp, _ = runreport.importance(trials, decls, metric=metric, mode=mode, max_epochs=3)
+    imp, _ = fanova.importance(trials, decls, metric=metric, mode=mode, max_epochs=3)
     assert set(imp["parameter"]) == {f"c{i}" for i in range(8)} | {f"x{i}" for i in range(8)}
     assert imp["importance"].sum() == pytest.approx(1, abs=0.01) and imp["importance"].nunique() > 3
     assert all(f"| {p} | {v} |" in section for p, v in zip(imp["parameter"], imp["importance"]))
@@ -108,7 +108,7 @@ def test_importance_is_fanova_over_every_parameter(co_run):
 def test_too_few_full_budget_trials_give_no_importance_but_say_why(co_run):
     trials, _, plan = runreport.load(co_run[1])
     decls, metric, mode = runreport.searched(plan)
-    imp, note = runreport.importance(trials.head(3), decls, metric=metric, mode=mode, max_epochs=3)
+    imp, note = fanova.importance(trials.head(3), decls, metric=metric, mode=mode, max_epochs=3)
     assert imp is None and note.startswith("Not computed: 3 trial(s) ran their full budget")
     assert "needs at least 8" in note
 
@@ -120,16 +120,16 @@ def test_with_few_full_budget_trials_importance_is_at_the_last_epoch_enough_reac
     stopped = trials["trial_id"].iloc[3:]
     trials.loc[trials["trial_id"].isin(stopped), "stopped_early"] = True
     epochs = epochs[~(epochs["trial_id"].isin(stopped) & (epochs["training_iteration"] > 2))]
-    imp, note = runreport.importance(trials, decls, metric=metric, mode=mode, max_epochs=3, epochs=epochs)
+    imp, note = fanova.importance(trials, decls, metric=metric, mode=mode, max_epochs=3, epochs=epochs)
     assert f"over the {SAMPLES} trials that reached epoch 2: only 3 ran the full budget of 3 epochs" in note
     assert set(imp["parameter"]) == set(decls) and imp["importance"].sum() == pytest.approx(1, abs=0.01)
     # The values at epoch 2, not the final ones: the same study built by hand gives the same shares.
     at2 = epochs[epochs["training_iteration"] == 2].assign(status="TERMINATED", stopped_early=False)
-    by_hand, _ = runreport.importance(at2, decls, metric=metric, mode=mode, max_epochs=2)
+    by_hand, _ = fanova.importance(at2, decls, metric=metric, mode=mode, max_epochs=2)
     assert imp.set_index("parameter")["importance"].to_dict() == by_hand.set_index("parameter")["importance"].to_dict()
     # Too few at every epoch before the budget: still not computed, and said why.
     few = epochs[epochs["trial_id"].isin(trials["trial_id"].head(5))]
-    assert runreport.importance(trials.head(5).assign(stopped_early=True), decls, metric=metric, mode=mode,
+    assert fanova.importance(trials.head(5).assign(stopped_early=True), decls, metric=metric, mode=mode,
                                 max_epochs=3, epochs=few)[0] is None
 
 

@@ -26,8 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tuning import backend, cli, data, growth, replay, results, spaces, tracking
-from tuning.report import analysis
+from tuning import api, backend, cli, data, growth, replay, results, spaces, tracking
 from tuning.report import comparison as report
 from tuning.cli import UsageError
 
@@ -86,8 +85,9 @@ def replay_experiment(folder: str) -> tuple[str, Experiment]:
         space=replay.PREFIX + folder, budget=spaces.grid_size(space),
         # Smoke: 4 epochs (rungs 1, 2, 4 at reduction factor 2), 2 seeds, 4 full evaluations.
         smoke={"budget": 4, "seeds": 2, "max_epochs": min(4, space.max_epochs)},
-        description=f"The learning curves recorded in {folder} ({space.metric}, {space.mode}imised; "
-                    f"{', '.join(space.params)}), replayed: what each strategy would have found, and at what cost.")
+        description=f"The learning curves recorded in {results.portable(folder)} ({space.metric}, "
+                    f"{space.mode}imised; {', '.join(space.params)}), replayed: what each strategy would have "
+                    "found, and at what cost.")
 
 
 def _space(name: str, what: str = "") -> tuple[spaces.Space, replay.Recorded | None]:
@@ -168,7 +168,8 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
         if (strategy, seed) not in todo:
             print(f"[{i}/{len(jobs)}] {run_id}: finished in an earlier invocation, kept", flush=True)
             if tracker is not None:  # logged then, or now if that invocation was not tracked
-                tracker.run_done(run_id, strategy, seed, pd.read_csv(done), space.metric, space.mode)
+                tracker.run_done(run_id, strategy, seed, results.read_table(done.parent, run_id), space.metric,
+                                 space.mode)
             continue
         print(f"[{i}/{len(jobs)}] {run_id}: running ({budget:g} full evaluations of {max_t} iterations)", flush=True)
         started = time.monotonic()
@@ -183,14 +184,13 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
         print(f"[{i}/{len(jobs)}] {run_id}: done in {time.monotonic() - started:.0f} s, "
               f"{len(df)} iterations, {df['trial_id'].nunique() if len(df) else 0} trials", flush=True)
 
-    runs = pd.concat([pd.read_csv(out / "runs" / f"{s}-s{seed}.csv", dtype=analysis.ID_COLUMNS) for s, seed in jobs],
-                     ignore_index=True)
+    runs = pd.concat([results.read_table(out / "runs", f"{s}-s{seed}") for s, seed in jobs], ignore_index=True)
     # Equal budgets, exactly: results that arrived after a run had spent its budget (trials
     # already running when it ran out) are not counted. runs/*.csv keep them.
     runs = runs[runs["consumed_budget"] <= budget + 1e-9].reset_index(drop=True)
     _write_csv(runs, out / "runs.csv")
     runs.to_parquet(out / "runs.parquet", index=False)
-    _write_records(out, name, exp, space, source, smoke=smoke, budget=budget, max_t=max_t, seeds=seed_list,
+    write_records(out, name, exp, space, source, smoke=smoke, budget=budget, max_t=max_t, seeds=seed_list,
                    argv=argv, recorded=recorded)
     written = report.write_report(out)
     if tracker is not None:
@@ -203,14 +203,14 @@ def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
     """The CIFAR data a comparison trains on (None for a synthetic benchmark)."""
     if space.trainer != "cifar":
         return None
-    source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0,
-                          synthetic_train=5000 if smoke else 50_000, synthetic_test=1000 if smoke else 10_000)
+    sizes = {k: api.SMOKE[k] for k in ("synthetic_train", "synthetic_test")} if smoke else {}  # tuning.run --smoke's
+    source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0, **sizes)
     log.warning("DATA: %s (%s)", "SYNTHETIC CIFAR-10-shaped images" if source.kind == "synthetic"
                 else "real CIFAR-10", source.root)
     return source
 
 
-def _write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, source, *, smoke: bool,
+def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, source, *, smoke: bool,
                    budget: float, max_t: int, seeds: list[int], argv: list[str],
                    recorded: replay.Recorded | None = None) -> None:
     """experiment.json (what was compared, as the report reads it) and provenance.json (how). A
@@ -227,12 +227,14 @@ def _write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, s
         "mode": space.mode, "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seeds,
         "params": list(space.params), "optimum": known.get("optimum"),
         "regret": known.get("regret"), "dims": known.get("dims"),
-        "description": exp.description, "space": exp.space, "smoke": smoke, "reference": exp.reference,
-        "warm_from": exp.warm_from, **({"replay": replayed} if replayed else {})})
-    results.write_json(out / "provenance.json", {
-        "command": "python -m tuning.compare " + " ".join(argv),
-        "data": {"kind": source.kind if source else (exp.space if recorded else f"benchmark:{space.trainer}"),
-                 "root": source.root if source else None},
+        "description": exp.description, "space": results.portable(exp.space), "smoke": smoke,
+        "reference": exp.reference, "warm_from": exp.warm_from,
+        **({"replay": {**replayed, "dir": results.portable(replayed["dir"])}} if replayed else {})})
+    results.write_json(out / "provenance.json", {  # paths as results.portable gives them: these get committed
+        "command": "python -m tuning.compare " + " ".join(map(results.portable, argv)),
+        "data": {"kind": source.kind if source else (results.portable(exp.space) if recorded
+                                                     else f"benchmark:{space.trainer}"),
+                 "root": results.portable(source.root) if source else None},
         "machine": results.machine(), "seeds": seeds, "git_commit": results.git_commit(),
         "versions": results.versions()})
 
@@ -272,7 +274,8 @@ def _one_run(*, space, strategy, seed, max_t, budget, source, run_dir: Path, smo
         # trains at least one iteration, so the budget bounds the trials needed).
         num_samples=1 if grid else int(budget * max_t) + 1,
         max_epochs=max_t, seed=seed, cpus_per_trial=space.cpus_per_trial, gpus_per_trial=0,
-        source=source, results_dir=run_dir, max_train=2000 if smoke else None, max_val=500 if smoke else None,
+        source=source, results_dir=run_dir, max_train=api.SMOKE["max_train"] if smoke else None,
+        max_val=api.SMOKE["max_val"] if smoke else None,
         budget_iterations=int(round(budget * max_t)), progress=False, snapshot_every_step=False, callbacks=[rec],
         storage_path=storage_path, warm_rows=warm_rows or [], warm_points=warm_points or [])
     _, interrupted = backend.run(spec)
@@ -320,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
             track = tracking.check(args.mlflow, args.mlflow_experiment, f"compare-{name}", out.absolute())
             html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,
                        address=args.address, storage_path=args.storage_path, track=track)
-        except (cli.TuningError, data.DataError, report.ReportError, backend.ClusterError) as exc:
+        except (cli.TuningError, data.DataError, report.ReportError, backend.ClusterError, results.ReadError) as exc:
             print(f"tuning.compare: error: {exc}", file=sys.stderr)
             return 2
         except results.WriteError as exc:  # a full disk: not bad input

@@ -27,13 +27,17 @@ def parse_duration(text: str) -> float:
 
 def _mismatch(space: spaces.Space, rec: records.RunRecord, rows: dict[str, list[dict]]) -> str | None:
     """The first parameter in which an earlier run differs from the space, said in words."""
-    theirs = rec.params or {}
+    theirs = records.declarations(rec)
+    try:
+        parsed = spaces.from_declarations(theirs)
+    except spaces.SpaceError as exc:
+        return f"its run.json's parameter declarations cannot be read ({exc})"
     for name in sorted(set(space.params) | set(theirs)):
         if name not in theirs:
             return f"parameter {name!r} is not in it"
         if name not in space.params:
             return f"it searched parameter {name!r}, which the space does not declare"
-        if spaces.from_declarations({name: theirs[name]})[name] != space.params[name]:
+        if parsed[name] != space.params[name]:
             return f"parameter {name!r} was declared {theirs[name]}, not as the space declares it now"
     for trial_rows in rows.values():
         for row in trial_rows[:1]:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -106,13 +105,13 @@ def read(run_dir: Path, what: str = "") -> RunRecord:
     where = f"{what}: " if what else ""
     if not run_dir.is_dir():
         raise RecordError(f"{where}{run_dir}: no such folder; give the results dir of a tuning.run")
-    try:
-        data = json.loads((run_dir / FILE).read_text())
-    except FileNotFoundError:
+    if not exists(run_dir):
         raise RecordError(f"{where}{run_dir} is not a tuning.run results dir (no {FILE}): give the folder a "
-                          "run was started in") from None
-    except (OSError, ValueError) as exc:
-        raise RecordError(f"{where}{run_dir / FILE} cannot be read ({exc})") from None
+                          "run was started in")
+    try:
+        data = results.read_json(run_dir / FILE)
+    except results.ReadError as exc:
+        raise RecordError(f"{where}{exc.path} cannot be read ({exc.reason})") from None
     missing = [k for k in REQUIRED if not isinstance(data, dict) or k not in data]
     if missing:
         raise RecordError(f"{where}{run_dir / FILE} lacks {missing}: not a {FILE} a tuning run wrote")
@@ -131,8 +130,17 @@ def reported_metrics(run_dir: Path, what: str = "") -> list[str]:
     except OSError:
         raise RecordError(f"{what + ': ' if what else ''}{run_dir} has no readable epochs.csv (the run is "
                           f"{rec.status!r}): a run writes its tables when it ends") from None
-    params = rec.params or rec.declaration.get("params") or {}
+    params = declarations(rec)
     return [c for c in header if c not in params and results.is_metric(c)]
+
+
+def declarations(rec: RunRecord) -> dict:
+    """The parameter declarations a run searched, as run.json holds them (spaces.declarations; read
+    back with spaces.from_declarations): `params`, written as the run starts, else the planned
+    declaration's, for a run that stopped before it started; {} for a run.json older than both.
+    Every reader of a run's parameters asks here (spaces imports this module, so the parsing
+    stays there and this module does not import spaces)."""
+    return rec.params or rec.declaration.get("params") or {}
 
 
 def exists(run_dir: Path) -> bool:

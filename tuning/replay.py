@@ -36,6 +36,7 @@ import pandas as pd
 from tuning import record as records
 from tuning import results, spaces
 from tuning.cli import TuningError
+from tuning.report.render import number
 
 log = logging.getLogger(__name__)
 
@@ -82,42 +83,40 @@ class Recorded:
 
 # ---------------------------------------------------------------- reading a recorded run
 
-def _record(folder: str, what: str) -> tuple[records.RunRecord, dict, Path]:
+def _record(folder: str, what: str) -> tuple[records.RunRecord, dict, pd.DataFrame]:
+    """(record, parameters, epochs table) of the run in `folder`; what it lacks is one line."""
     rec = records.read(Path(folder), what)
-    path = Path(folder) / "epochs.csv"
-    if not path.is_file():
+    try:
+        epochs = results.read_table(Path(folder), "epochs")
+    except results.ReadError as exc:
+        raise ReplayError(str(exc)) from None
+    if epochs is None:
         raise ReplayError(f"{what}: {folder} has no epochs.csv (the run is {rec.status!r}); a run writes its tables "
                           f"when it ends: replay a finished run, or finish this one with python -m tuning.run "
                           f"--resume {folder}")
-    decls = rec.params or rec.declaration.get("params")
+    decls = records.declarations(rec)
     if not decls:
         raise ReplayError(f"{what}: {folder}/run.json declares no parameters: it was written before runs "
                           "recorded their declaration, so the replay cannot know the ranges")
     try:
-        return rec, spaces.from_declarations(decls), path
+        return rec, spaces.from_declarations(decls), epochs
     except spaces.SpaceError as exc:
         raise ReplayError(f"{what}: {folder}/run.json: {exc}") from None
 
 
-def _csv(path: Path, **kwargs) -> pd.DataFrame:
-    try:  # pandas 3 parses floats exactly: a replayed value is the recorded one to the last bit
-        return pd.read_csv(path, dtype={"trial_id": str}, **kwargs)
-    except Exception as exc:  # the CSV parser raises many types; any of them means unreadable
-        reason = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise ReplayError(f"cannot read {path} ({reason})") from None
-
-
 def read(folder: str, what: str = "") -> Recorded:
-    """The recorded run in `folder`; what it lacks is one line, opened by `what` (a flag, a trainer)."""
+    """The curves recorded in `folder` (a tuning.run results dir: run.json, its epochs table). What it
+    lacks is one line, opened by `what` (a flag, a trainer)."""
     what = what or f"trainer {PREFIX}{folder}"
-    rec, params, path = _record(folder, what)
-    epochs = _csv(path)
+    rec, params, epochs = _record(folder, what)
     missing = [c for c in ["trial_id", "training_iteration", *params, rec.metric] if c not in epochs.columns]
     if missing:
-        raise ReplayError(f"{what}: {path} lacks the columns {missing}: not the epochs.csv of this run.json")
+        raise ReplayError(f"{what}: the epochs table in {folder} lacks the columns {missing}: not the epochs of "
+                          "this run.json")
     epochs = epochs[epochs[rec.metric].notna() & epochs["training_iteration"].notna()]
     if epochs.empty:
-        raise ReplayError(f"{what}: {path} holds no epoch with a {rec.metric}: there is nothing to replay")
+        raise ReplayError(f"{what}: the epochs table in {folder} holds no epoch with a {rec.metric}: there is "
+                          "nothing to replay")
     names = [c for c in epochs.columns if c not in params and results.is_metric(c)]
     ids, configs, curves = [], [], []
     for trial_id, rows in epochs.groupby("trial_id", sort=False):
@@ -286,9 +285,8 @@ def fates(runs: pd.DataFrame, exp: dict, strategies: list[str]) -> tuple[pd.Data
     return counts, ends
 
 
-def report_blocks(runs: pd.DataFrame, exp: dict, strategies: list[str], number) -> list[tuple]:
-    """The report's section on a replayed comparison (tuning.report renders the blocks); `number`
-    formats a figure as the rest of the report does."""
+def report_blocks(runs: pd.DataFrame, exp: dict, strategies: list[str]) -> list[tuple]:
+    """The report's section on a replayed comparison (tuning.report renders the blocks)."""
     info, metric, max_t = exp["replay"], exp.get("metric", "loss"), int(exp["max_t"])
     out = outcomes(runs, exp)
     best = info["trials"][0]

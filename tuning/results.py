@@ -10,6 +10,7 @@ import logging
 import math
 import os
 import platform
+import re
 import subprocess
 import time
 from importlib import metadata
@@ -296,6 +297,40 @@ def write_tables(results_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame) 
         write_atomic(results_dir / f"{name}.parquet", lambda p, df=df: df.to_parquet(p, index=False))
 
 
+# Columns read from CSV as text: a hex id such as 1234e567 would otherwise be read as a number.
+# recorded_trial: the recorded trial a replayed row stands for (tuning/replay.py).
+ID_COLUMNS = {"trial_id": str, "recorded_trial": str}
+
+
+class ReadError(Exception):
+    """A results file is there but cannot be read: `reason` is one line, `path` names the file.
+    Each caller words it as its own error (a report's, a replay's)."""
+
+    def __init__(self, path: Path, exc: Exception):
+        self.path, self.reason = path, (str(exc).splitlines() or [type(exc).__name__])[0]
+        super().__init__(f"cannot read {path} ({self.reason})")
+
+
+def read_table(folder: Path, name: str) -> pd.DataFrame | None:
+    """The table `name` of a results folder: name.parquet where there is one (it keeps the types),
+    else name.csv with the ids as text; None where neither is there."""
+    parquet, csv = Path(folder) / f"{name}.parquet", Path(folder) / f"{name}.csv"
+    path = parquet if parquet.exists() else csv
+    if not path.exists():
+        return None
+    try:  # pandas 3 parses floats exactly: a value read from the CSV is the one written, to the last bit
+        return pd.read_parquet(path) if path == parquet else pd.read_csv(path, dtype=ID_COLUMNS)
+    except Exception as exc:  # pyarrow and the CSV parser raise many types; any of them means unreadable
+        raise ReadError(path, exc) from None
+
+
+def read_json(path: Path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ReadError(path, exc) from None
+
+
 def versions() -> dict:
     out = {"python": platform.python_version(), "platform": platform.platform()}
     for dist in ("torch", "torchvision", "ray", "hpbandster", "ConfigSpace", "pandas", "numpy"):
@@ -321,6 +356,21 @@ def machine() -> dict:
     except ImportError:
         gpus = []
     return {"cpu": cpu, "cpus": os.cpu_count(), "gpus": gpus, "date": time.strftime("%Y-%m-%d"), **versions()}
+
+
+def portable(text) -> str:
+    """A path as files meant to be committed record it (provenance, experiment.json, reports): relative
+    to the checkout this package runs from, else to the working folder, where it lies inside one of
+    them, since /work/... or /tmp/... names nothing on another machine; elsewhere, as it was. A
+    command-line token keeps what stands before its path (--out=, replay:)."""
+    m = re.fullmatch(r"([^/]*[=:])?(/.*)", str(text))
+    if not m:  # relative already, or not a path
+        return str(text)
+    path, root = Path(os.path.normpath(m[2])), Path(__file__).resolve().parents[1]
+    for base in ([root] if (root / ".git").exists() else []) + [Path.cwd()]:
+        if path.is_relative_to(base):
+            return (m[1] or "") + str(path.relative_to(base))
+    return str(text)
 
 
 def git_commit() -> str | None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from tuning import record as records
 from tuning import results
 from tuning.cli import UsageError
 
@@ -445,7 +446,7 @@ class Tracker:
 def _search_params(rec) -> dict:
     """The parent's params: what the search was asked to do. MLflow never changes a param, so what a
     resume or an extension changes (samples) goes into tags."""
-    decl = {f"space.{k}": ", ".join(f"{f}={v}" for f, v in d.items()) for k, d in (rec.params or {}).items()}
+    decl = {f"space.{k}": ", ".join(f"{f}={v}" for f, v in d.items()) for k, d in records.declarations(rec).items()}
     res = rec.resources_per_trial or {}
     return {"space": rec.space or "(in Python)", "trainer": rec.trainer, "strategy": rec.strategy, "seed": rec.seed,
             "num_samples": rec.num_samples, "max_epochs": rec.max_epochs, "metric": rec.metric, "mode": rec.mode,

@@ -6,7 +6,6 @@ another), and Mann-Whitney U tests against it.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -14,11 +13,12 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from tuning import results
+
 GRID_POINTS = 200  # points of the common budget / time grid the seeds are averaged on
 ALPHA = 0.05  # significance level the verdict sentences use
 REQUIRED = ["strategy", "seed", "run_id", "trial_id", "training_iteration", "full_fidelity",
             "consumed_budget", "wall_s", "epoch"]
-ID_COLUMNS = {"trial_id": str, "recorded_trial": str}  # recorded_trial: a replay's (tuning/replay.py)
 
 
 class ReportError(Exception):
@@ -27,29 +27,23 @@ class ReportError(Exception):
 
 # ---------------------------------------------------------------- input
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ReportError(f"cannot read {path}: {exc}") from None
-
-
 def load(out_dir: Path) -> tuple[pd.DataFrame, dict, dict]:
     """(runs, experiment, provenance) of a comparison folder, checked against the input contract."""
     out_dir = Path(out_dir)
-    parquet, csv = out_dir / "runs.parquet", out_dir / "runs.csv"
     if not out_dir.is_dir():
         raise ReportError(f"{out_dir} is not a folder: pass the folder python -m tuning.compare wrote")
-    if not parquet.exists() and not csv.exists():
+    if not (out_dir / "runs.parquet").exists() and not (out_dir / "runs.csv").exists():
         raise ReportError(f"{out_dir} holds no runs.csv or runs.parquet: "
                           "pass the folder python -m tuning.compare wrote")
-    exp = _read_json(out_dir / "experiment.json")
-    prov = _read_json(out_dir / "provenance.json") if (out_dir / "provenance.json").exists() else None
     try:
-        # Ids as text: a hex id such as 1234e567 would otherwise be read as a number.
-        runs = pd.read_parquet(parquet) if parquet.exists() else pd.read_csv(csv, dtype=ID_COLUMNS)
-    except Exception as exc:  # pyarrow and the CSV parser raise many types; any of them means unreadable
-        raise ReportError(f"cannot read the runs table in {out_dir}: {exc}") from None
+        exp = results.read_json(out_dir / "experiment.json")
+        prov = results.read_json(out_dir / "provenance.json") if (out_dir / "provenance.json").exists() else None
+    except results.ReadError as exc:
+        raise ReportError(f"cannot read {exc.path}: {exc.reason}") from None
+    try:
+        runs = results.read_table(out_dir, "runs")
+    except results.ReadError as exc:
+        raise ReportError(f"cannot read the runs table in {out_dir}: {exc.reason}") from None
     metric = exp.get("metric", "loss")
     missing = [c for c in [*REQUIRED, metric] if c not in runs.columns]
     if missing:

@@ -20,7 +20,7 @@ import pandas as pd
 from tuning import cli, replay, results
 from tuning.report.analysis import (ALPHA, ReportError, anytime_curves, best_configs, load, make_grid,
                              stopped_early, summarize)
-from tuning.report.render import flatten, render_html, render_markdown
+from tuning.report.render import flatten, number, render_html, render_markdown
 
 log = logging.getLogger(__name__)
 
@@ -135,15 +135,6 @@ def plot_lr_batch(runs: pd.DataFrame, exp: dict, strategies: list[str], path: Pa
 
 # ---------------------------------------------------------------- text
 
-def _number(x, digits: int = 3) -> str:
-    """A figure as the report prints it: `digits` significant digits, n/a, or not reached (inf)."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "n/a"
-    if isinstance(x, (float, np.floating)):
-        return "not reached" if math.isinf(x) else f"{x:.{digits}g}"
-    return str(x)
-
-
 def _name(ref: str) -> str:
     """How the text names the reference strategy: random search, or the strategy's own name."""
     return "random search" if ref == "random" else ref
@@ -155,7 +146,7 @@ def _verdicts(summary: dict, unit: str) -> list[str]:
     ref, name = summary["reference"], _name(summary["reference"])
     for _, r in summary["tests"].iterrows():
         s, d = r["strategy"], r["delta_median"]
-        nums = f"median {_number(r['median'])} vs {_number(r['median_reference'])}, p={r['p']:.2g}"
+        nums = f"median {number(r['median'])} vs {number(r['median_reference'])}, p={r['p']:.2g}"
         if r["p"] < ALPHA:
             better = summary["sign"] * d < 0
             text = (f"{s}: final {unit} {'lower' if d < 0 else 'higher'} than {name}'s ({nums}), "
@@ -177,7 +168,7 @@ def _measured(runs, exp, prov, strategies) -> list[str]:
     seeds = sorted(runs["seed"].unique())
     kind = {"normalized_counting_ones": f"regret = loss / {exp.get('dims')} + 1 (normalised as in "
                                         "Falkner et al., ICML 2018; 0 at the optimum)",
-            "difference": f"regret = loss - optimum ({_number(exp.get('optimum'), 6)})"}.get(exp.get("regret"))
+            "difference": f"regret = loss - optimum ({number(exp.get('optimum'), 6)})"}.get(exp.get("regret"))
     data = {k: v for k, v in flatten(prov or {}) if k.split(".")[-1] in ("kind", "data")}
     return [f"{len(strategies)} strategies ({', '.join(strategies)}) x {len(seeds)} seeds "
             f"({', '.join(map(str, seeds))}); {runs['run_id'].nunique()} runs, {len(runs)} reported "
@@ -202,20 +193,21 @@ def _finals(summary: dict, metric: str, unit: str) -> list[tuple]:
     stats, ref = summary["table"], summary["reference"]
     table = pd.DataFrame({
         "strategy": stats["strategy"], "n": stats["n"],
-        f"final {unit} mean ± std": [f"{_number(m)} ± {_number(s, 2)}"
+        f"final {unit} mean ± std": [f"{number(m)} ± {number(s, 2)}"
                                      for m, s in zip(stats["final_mean"], stats["final_std"])],
-        **({f"final {metric} mean ± std": [f"{_number(m)} ± {_number(s, 2)}" for m, s in
+        **({f"final {metric} mean ± std": [f"{number(m)} ± {number(s, 2)}" for m, s in
                                            zip(stats["final_metric_mean"], stats["final_metric_std"])]}
            if unit != metric else {}),
-        "budget to target (median)": [_number(v) for v in stats["budget_to_target"]],
+        "budget to target (median)": ["not reached" if math.isinf(v) else number(v)  # inf: the median run never did
+                                      for v in stats["budget_to_target"]],
         "reached target": [f"{r} of {n}" for r, n in zip(stats["reached"], stats["runs"])],
         f"speed-up vs {ref}": [f"{v:.2g}x" if math.isfinite(v) else "n/a" for v in stats["speedup"]],
         "trials per run": [f"{v:.1f}" for v in stats["trials_per_run"]],
         "epochs recomputed": stats["recomputed_epochs"],
         "wall time per run (s)": [f"{v:.1f}" for v in stats["wall_s_per_run"]],
-        "device-hours per run": [_number(v) for v in stats["device_hours_per_run"]]})
+        "device-hours per run": [number(v) for v in stats["device_hours_per_run"]]})
     note = (f"n: seeds with a full-fidelity result. Target: {_name(ref)}'s median final {unit} "
-            f"({_number(summary['target'])}). Budget to target: the first consumed budget (full "
+            f"({number(summary['target'])}). Budget to target: the first consumed budget (full "
             "evaluations) at which a run's incumbent reached it, median over seeds (the lower "
             "middle value for an even count, i.e. the budget by which at least half the runs got "
             f"there); runs that never reached it count as not reached. Speed-up: {ref}'s budget "
@@ -237,9 +229,9 @@ def _significance(summary: dict, unit: str) -> list[tuple]:
                                                    "fewer than 2 seeds with a result."))]
     return blocks + [("table", pd.DataFrame({
                          "strategy": tests["strategy"], "n": tests["n"], f"n {ref}": tests["n_reference"],
-                         f"median final {unit}": [_number(v) for v in tests["median"]],
-                         f"{ref}'s median": [_number(v) for v in tests["median_reference"]],
-                         "difference of medians": [_number(v) for v in tests["delta_median"]],
+                         f"median final {unit}": [number(v) for v in tests["median"]],
+                         f"{ref}'s median": [number(v) for v in tests["median_reference"]],
+                         "difference of medians": [number(v) for v in tests["delta_median"]],
                          "p (Mann-Whitney U, two-sided)": [f"{v:.2g}" for v in tests["p"]]})),
                      ("ul", _verdicts(summary, unit))]
 
@@ -260,11 +252,11 @@ def _blocks(runs, exp, prov, summary, figures: dict) -> list[tuple]:
     blocks += _significance(summary, unit)
     best = best_configs(runs, exp, strategies, summary["sign"])
     blocks += [("h2", "What was found"), ("p", "Best full-fidelity result of each strategy over all its seeds."),
-               ("table", best.apply(lambda col: col.map(_number)) if len(best) else pd.DataFrame())]
+               ("table", best.apply(lambda col: col.map(number)) if len(best) else pd.DataFrame())]
     if "scatter" in figures:
         blocks.append(("img", figures["scatter"], "learning rate against batch size, coloured by loss"))
     if exp.get("replay"):  # a replayed run (tuning/replay.py): which recorded configuration each strategy found
-        blocks += replay.report_blocks(runs, exp, strategies, _number)
+        blocks += replay.report_blocks(runs, exp, strategies)
     blocks += [("h2", "Provenance"), ("table", pd.DataFrame(list(flatten(prov)), columns=["key", "value"]))
                if prov else ("p", "provenance.json is missing: where these numbers came from is not recorded.")]
     return blocks

@@ -1,13 +1,30 @@
 """Rendering a report's blocks, the one format both reports are built in: a list of (kind, *content)
 tuples, kind one of h1, h2, banner, p, ul, img, table, written as Markdown or as one HTML page
-with its images inlined. Used by tuning.report (comparisons) and tuning.report.runreport (a run)."""
+with its images inlined, and the words both reports share (a number, a list of names). Used by
+tuning.report (comparisons) and tuning.report.runreport (a run)."""
 
 from __future__ import annotations
 
 import base64
 import html
 import json
+import math
 from pathlib import Path
+
+import numpy as np
+
+
+def number(x, digits: int = 3, missing: str = "n/a") -> str:
+    """A figure as both reports print it: `digits` significant digits (numpy's too), `missing` for
+    none or NaN, anything else as its text."""
+    if x is None or (isinstance(x, (float, np.floating)) and math.isnan(x)):
+        return missing
+    return f"{x:.{digits}g}" if isinstance(x, (float, np.floating)) else str(x)
+
+
+def joined(names: list[str]) -> str:
+    """Names as a sentence lists them: "a", "a and b", "a, b and c"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def flatten(d: dict, prefix: str = ""):

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import math
 import shlex
 import time
 from datetime import datetime
@@ -24,18 +23,15 @@ import pandas as pd
 
 from tuning import record as records
 from tuning import progress, results, spaces
-from tuning.report import runplots
+from tuning.report import fanova, runplots
 from tuning.report.analysis import ReportError
 from tuning.record import RunRecord
-from tuning.report.render import flatten, render_html, render_markdown
+from tuning.report.render import flatten, joined, number, render_html, render_markdown
 
 log = logging.getLogger(__name__)
 
 FIGURES = {"curves": "report-curves.png", "best": "report-best-so-far.png",
            "params": "report-params.png", "parallel": "report-parallel.png"}
-# fANOVA fits a random forest to (configuration, final metric) pairs; with fewer points than this
-# the forest mostly fits noise and the importances change from one seed to the next.
-MIN_IMPORTANCE_TRIALS = 8
 RELOAD_S = 30  # the live page reloads this often: the run rewrites it at most this often
 # A live page not rewritten for this long belongs to a run that stopped without its final report
 # (killed, crashed): it stops reloading and says so. The live writer waits max(RELOAD_S, 9x the
@@ -46,9 +42,10 @@ STALE_S = 900
 def searched(rec: RunRecord) -> tuple[dict, str, str]:
     """(parameter declarations, metric, mode) of a run, from its record: the axes the run searched,
     even if the space file has changed since."""
+    decls = records.declarations(rec)
     try:
-        if rec.params:
-            return spaces.from_declarations(rec.params), rec.metric, rec.mode
+        if decls:
+            return spaces.from_declarations(decls), rec.metric, rec.mode
         space = spaces.load(rec.space)  # a run dir from before run.json kept them: the space file as it is now
     except spaces.SpaceError as exc:
         raise ReportError(f"run.json's parameter declarations cannot be read, and its space does not load ({exc})") \
@@ -61,15 +58,15 @@ def is_run_dir(path: Path) -> bool:
 
 
 def _table(run_dir: Path, name: str) -> pd.DataFrame:
-    parquet, csv = run_dir / f"{name}.parquet", run_dir / f"{name}.csv"
-    if not parquet.exists() and not csv.exists():
+    try:
+        table = results.read_table(run_dir, name)
+    except results.ReadError as exc:
+        raise ReportError(f"cannot read {name} table in {run_dir}: {exc.reason}") from None
+    if table is None:
         raise ReportError(f"{run_dir} has no {name}.csv: the run has not written its tables yet "
                           f"(it is still running, or it stopped: continue it with python -m tuning.run "
                           f"--resume {run_dir})")
-    try:
-        return pd.read_parquet(parquet) if parquet.exists() else pd.read_csv(csv)
-    except Exception as exc:  # pyarrow and the CSV parser raise many types; any means unreadable
-        raise ReportError(f"cannot read {name} table in {run_dir}: {exc}") from None
+    return table
 
 
 def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, RunRecord]:
@@ -94,159 +91,11 @@ def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, RunRecord]:
     return trials, epochs, plan
 
 
-# ---------------------------------------------------------------- importance
-
-def _distribution(decl):
-    """Optuna's distribution for a declaration. A log-scale one (LogUniform, IntLogUniform) enters
-    as log10 of its value: Optuna's fANOVA integrates over a parameter's range on a linear scale even
-    for log=True, where 1e-4..1e-3 would weigh a tenth of 1e-3..1e-2, although the search drew as
-    many trials there."""
-    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
-    if isinstance(decl, spaces.Choice):
-        return CategoricalDistribution(list(decl.values))
-    if isinstance(decl, runplots.LOG):
-        return FloatDistribution(math.log10(decl.low), math.log10(decl.high))
-    if isinstance(decl, spaces.IntUniform):
-        return IntDistribution(decl.low, decl.high)
-    return FloatDistribution(decl.low, decl.high)
-
-
-def _value(v, decl):
-    """A table cell as _distribution holds it (CSV gives back strings and floats)."""
-    if isinstance(decl, spaces.Choice):
-        match = [c for c in decl.values if str(c) == str(v) or (isinstance(c, (int, float)) and c == v)]
-        if not match:
-            raise ValueError(f"{v!r} is none of the declared values {list(decl.values)}")
-        return match[0]
-    if isinstance(decl, runplots.LOG):
-        return min(max(math.log10(float(v)), math.log10(decl.low)), math.log10(decl.high))  # rounding at the ends
-    return int(v) if isinstance(decl, spaces.IntUniform) else float(v)
-
-
-def _fanova(rows: pd.DataFrame, decls: dict, names: list[str], *, metric: str, mode: str, seed: int) -> dict:
-    """Optuna's fANOVA importances of `names` over `rows`, every one of which sets them all."""
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created in memory", per report
-    dists = {k: _distribution(decls[k]) for k in names}
-    study = optuna.create_study(direction="minimize" if mode == "min" else "maximize")
-    study.add_trials([optuna.trial.create_trial(params={k: _value(r[k], decls[k]) for k in names},
-                                                distributions=dists, value=float(r[metric]))
-                      for _, r in rows.iterrows()])
-    return optuna.importance.get_param_importances(
-        study, params=names, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed))
-
-
-def importance(trials: pd.DataFrame, decls: dict, *, metric: str, mode: str, max_epochs: int,
-               seed: int = 0, epochs: pd.DataFrame | None = None) -> tuple[pd.DataFrame | None, str]:
-    """fANOVA importances (Optuna's, on scikit-learn's random forest) as an in-memory Optuna study,
-    or None and why not. Over the trials that ran their full budget; where fewer than
-    MIN_IMPORTANCE_TRIALS did (ASHA stops most), over the metric at the last epoch that many trials
-    reached, from `epochs`: importance per budget, as HpBandSter's and CAVE's analyses give it.
-
-    A conditional parameter (tuning.conditions) that some of these trials do not set is not in that
-    fANOVA: Optuna's evaluator takes the parameters every trial sets (its intersection search space)
-    and would leave it out without a word. Its importance comes from a second fANOVA over the trials
-    that set it, and the table's "computed over" column and the note say so."""
-    fates = trials.apply(runplots.fate, axis=1) if len(trials) else pd.Series(dtype=str)
-    done = trials[(fates == "full") & trials[metric].notna()] if len(trials) else trials
-    rows, at = done, None
-    if len(done) < MIN_IMPORTANCE_TRIALS and epochs is not None and len(epochs):
-        at, rows = _last_common_epoch(epochs, metric, max_epochs)
-    if len(rows) < MIN_IMPORTANCE_TRIALS:
-        earlier = f", and no earlier epoch was reached by {MIN_IMPORTANCE_TRIALS}" if epochs is not None else ""
-        return None, (f"Not computed: {len(done)} trial(s) ran their full budget of {max_epochs} epochs{earlier}; "
-                      f"fANOVA needs at least {MIN_IMPORTANCE_TRIALS} trials, or its importances are mostly "
-                      "noise. Run more samples (--num-samples).")
-    is_set = pd.DataFrame({k: ~runplots.absent(rows[k]) if k in rows else False for k in decls}, index=rows.index)
-    always = [k for k in decls if is_set[k].all()]
-    branches: dict[tuple, list[str]] = {}  # the trials that set a conditional parameter -> the parameters
-    for k in decls:
-        if not is_set[k].all():
-            branches.setdefault(tuple(is_set.index[is_set[k]]), []).append(k)
-    try:
-        imp = _fanova(rows, decls, always, metric=metric, mode=mode, seed=seed)
-        parts = [(imp, f"all {len(rows)} trials")]
-        late = []  # (parameters, trials that set them, importances or None)
-        for index, names in branches.items():
-            sub = rows.loc[list(index)]
-            got = None
-            if len(sub) >= MIN_IMPORTANCE_TRIALS:
-                have = [k for k in decls if is_set.loc[list(index), k].all()]
-                got = {k: v for k, v in _fanova(sub, decls, have, metric=metric, mode=mode, seed=seed).items()
-                       if k in names}
-                parts.append((got, f"the {len(sub)} trials that set it"))
-            late.append((names, len(sub), got))
-    except ImportError as exc:  # an environment installed before they were dependencies
-        return None, f"Not computed: {exc} (pip install optuna scikit-learn, or make install)."
-    except (ValueError, RuntimeError) as exc:  # e.g. every trial scored the same
-        return None, f"Not computed: fANOVA failed on these {len(rows)} trials ({exc})."
-    table = pd.DataFrame({"parameter": [k for p, _ in parts for k in p],
-                          "importance": [round(v, 3) for p, _ in parts for v in p.values()]})
-    if branches:
-        table["computed over"] = [over for p, over in parts for _ in p]
-    logs = [k for k, d in decls.items() if isinstance(d, runplots.LOG)]
-    how = (f"fANOVA (Optuna {metadata.version('optuna')}'s FanovaImportanceEvaluator, a random forest of "
-           f"scikit-learn {metadata.version('scikit-learn')})")
-    some = " set in all of them" if branches else ""
-    if at is None:
-        what = (f"{how} over the {len(rows)} trials that ran their full budget: the share of the variance of "
-                f"the final {metric} each parameter{some} explains on its own; the shares add up to 1.")
-    else:
-        what = (f"{how} over the {len(rows)} trials that reached epoch {at}: only {len(done)} ran the full "
-                f"budget of {max_epochs} epochs, so this is the share of the variance of the {metric} at "
-                f"epoch {at}, the last epoch at least {MIN_IMPORTANCE_TRIALS} trials reached, that each "
-                f"parameter{some} explains on its own; the shares add up to 1. The scheduler kept the better "
-                "trials that long, so these describe the better part of the space, and may change with more "
-                "epochs.")
-    what += "".join(" " + _branch_note(names, n, len(rows), got, decls) for names, n, got in late)
-    return table, what + (f" Log-scale parameters ({', '.join(logs)}) enter as log10 of their value, so each "
-                          "decade of their range weighs the same, as in the search." if logs else "")
-
-
-def _branch_note(names: list[str], n: int, total: int, got: dict | None, decls: dict) -> str:
-    """What the importances did with conditional parameters set in `n` of the `total` trials."""
-    when = "; ".join(dict.fromkeys(f"only when {runplots.condition(decls[k])}" for k in names
-                                   if runplots.condition(decls[k])))
-    who = f"{_and(names)} {'is' if len(names) == 1 else 'are'} set in {n} of these {total} trials" + \
-        (f" ({when})" if when else "")
-    one = len(names) == 1
-    if n == 0:
-        return f"{who}: no importance for {'it' if one else 'them'}."
-    if got is None:
-        return (f"{who}: too few for a fANOVA of {'its' if one else 'their'} own (at least "
-                f"{MIN_IMPORTANCE_TRIALS}), so no importance for {'it' if one else 'them'}.")
-    return (f"{who}, so {'it is' if one else 'they are'} not in that first fANOVA; {'its' if one else 'their'} "
-            f"importance comes from a fANOVA of {'its' if one else 'their'} own over those {n} trials alone, with "
-            "the parameters they all set: a share of the variance among those trials, not comparable with the "
-            "first ones.")
-
-
-def _and(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
-
-
-def _last_common_epoch(epochs: pd.DataFrame, metric: str, max_epochs: int) -> tuple[int | None, pd.DataFrame]:
-    """(epoch, one row per trial at it): the last epoch before the full budget at which at least
-    MIN_IMPORTANCE_TRIALS trials reported a real value (a diverged trial's stand-in is not one)."""
-    bad = epochs["diverged"].map(lambda v: str(v).lower() == "true") if "diverged" in epochs else False
-    real = epochs[epochs[metric].notna() & ~bad].drop_duplicates(["trial_id", "training_iteration"], keep="last")
-    counts = real.groupby("training_iteration")["trial_id"].nunique()
-    reached = counts[(counts >= MIN_IMPORTANCE_TRIALS) & (counts.index < max_epochs)]
-    if reached.empty:
-        return None, real.iloc[:0]
-    at = int(reached.index.max())
-    return at, real[real["training_iteration"] == at]
-
-
 # ---------------------------------------------------------------- text
 
 def _cell(v) -> str:
-    """A value as a table cell: 4 significant digits, empty for a missing one."""
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return ""
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
+    """A value as a table cell: 4 significant digits (a run's losses differ late), empty for a missing one."""
+    return number(v, 4, missing="")
 
 
 def _outcome(row) -> str:
@@ -294,7 +143,7 @@ def _absent_note(trials: pd.DataFrame, decls: dict, metric: str, figure: str) ->
                 if figure == "params" else
                 f"cross{'es' if gone == 1 else ''} {'its axis' if one else 'their axes'} at a separate mark, "
                 "\"absent\", below the axis")
-        out.append(f"{_and(names)} {'is' if one else 'are'} set in {n} of these {len(pts)} trials"
+        out.append(f"{joined(names)} {'is' if one else 'are'} set in {n} of these {len(pts)} trials"
                    f"{f' (only when {when})' if when else ''}; {them} {what}.")
     return "".join(" " + s for s in out)
 
@@ -307,8 +156,15 @@ def _label(plan: RunRecord, metric: str) -> str:
 
 
 def _provenance(rec: RunRecord) -> pd.DataFrame:
+    """What produced the run. Its paths as results.portable gives them, as a report gets committed;
+    run.json keeps them whole, for --resume."""
     plan = rec.to_json()
-    command = ("python -m tuning.run " + shlex.join(rec.argv)) if rec.argv is not None else "tuning.search() in Python"
+    command = ("python -m tuning.run " + shlex.join(map(results.portable, rec.argv)) if rec.argv is not None
+               else "tuning.search() in Python")
+    if (rec.data or {}).get("root"):
+        plan["data"] = {**rec.data, "root": results.portable(rec.data["root"])}
+    for k in ("space", "storage_path"):  # a space's .py file; a shared folder (or s3://, kept)
+        plan[k] = plan[k] and results.portable(plan[k])
     keep = {"command": command, "trainer": rec.trainer,
             **{k: plan.get(k) for k in ("status", "started", "wall_time_s", "resumes", "git_commit", "space",
                                          "strategy", "seed", "num_samples", "max_epochs", "data",
@@ -416,7 +272,7 @@ def write_report(run_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame, plan
     decls, metric, mode = searched(plan)
     run_dir, plan = Path(run_dir), dataclasses.replace(plan, metric=metric, mode=mode)  # what the parts below read
     figures = _figures(run_dir, trials, epochs, plan, decls)
-    imp = importance(trials, decls, metric=metric, mode=mode, max_epochs=plan.max_epochs,
+    imp = fanova.importance(trials, decls, metric=metric, mode=mode, max_epochs=plan.max_epochs,
                      seed=plan.seed or 0, epochs=epochs)
     blocks = _blocks(trials, epochs, plan, decls, figures, imp, live, progress.read_line(run_dir))
     md, page = run_dir / "report.md", run_dir / "report.html"

@@ -1,0 +1,82 @@
+"""The files of a results folder read back by the one reader every report and the replay use: no Ray."""
+
+import pandas as pd
+import pytest
+
+from tuning import record, replay, results, spaces
+from tuning.report import analysis, runreport
+
+# An id pandas would read from CSV as the number 1.234e+570 (inf) if it were not read as text.
+EPOCHS = pd.DataFrame({"trial_id": ["1234e567", "00001"] * 2, "training_iteration": [1, 1, 2, 2],
+                       "x": [0.25, 0.75] * 2, "loss": [0.1 + 1e-17, 0.3, 0.05, 0.2]})
+
+
+def _run(folder):
+    """A finished run of one Uniform parameter: run.json and both tables, as tuning.run writes them."""
+    folder.mkdir()
+    record.RunRecord(space="tiny", strategy="random", seed=0, num_samples=2, max_epochs=2, trainer="mine:train",
+                     params=spaces.declarations({"x": spaces.Uniform(0.0, 1.0)}), status="finished").write(folder)
+    trials = EPOCHS[EPOCHS["training_iteration"] == 2].assign(status="TERMINATED", epochs=2)
+    results.write_tables(folder, trials, EPOCHS)
+    return folder
+
+
+def test_a_table_reads_back_the_same_from_parquet_and_from_csv_ids_as_text(tmp_path):
+    folder = _run(tmp_path / "run")
+    from_parquet = results.read_table(folder, "epochs")
+    (folder / "epochs.parquet").unlink()
+    from_csv = results.read_table(folder, "epochs")
+    pd.testing.assert_frame_equal(from_parquet, EPOCHS)
+    pd.testing.assert_frame_equal(from_csv, EPOCHS)  # the ids as written, the floats to the last bit
+    assert results.read_table(folder, "nothing") is None
+
+
+def _damage(folder):
+    # The parquet is read where there is one, so a damaged one is refused even beside a good CSV.
+    (folder / "epochs.parquet").write_bytes(b"PAR1 cut short\nby a full disk")
+    (folder / "runs.parquet").write_bytes(b"PAR1 cut short\nby a full disk")
+
+
+@pytest.mark.parametrize("reader,error", [(runreport.load, analysis.ReportError),
+                                          (analysis.load, analysis.ReportError),
+                                          (replay.read, replay.ReplayError)])
+def test_a_damaged_table_is_one_line_naming_it_in_every_reader(tmp_path, reader, error):
+    folder = _run(tmp_path / "run")
+    EPOCHS.to_csv(folder / "runs.csv", index=False)  # a comparison's table, for analysis.load
+    (folder / "experiment.json").write_text("{}")
+    _damage(folder)
+    with pytest.raises(error) as caught:
+        reader(str(folder) if reader is replay.read else folder)
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1 and "cannot read" in message and str(folder) in message
+
+
+def test_files_meant_for_committing_name_paths_inside_the_working_folder_relatively(tmp_path, monkeypatch):
+    # Written from inside tmp_path, as from a checkout: /tmp/pytest-.../ would name nothing elsewhere.
+    monkeypatch.chdir(tmp_path)
+    from types import SimpleNamespace
+
+    from tuning import compare
+
+    out, data = tmp_path / "out", SimpleNamespace(kind="synthetic", root=str(tmp_path / "data" / "synthetic"))
+    out.mkdir()
+    exp = compare.Experiment(space="counting_ones", budget=1, seeds=(0,))
+    compare.write_records(out, "x", exp, spaces.load("counting_ones"), data, smoke=True, budget=1, max_t=1,
+                           seeds=[0], argv=[str(tmp_path / "exp.py"), f"--out={out}", "--storage-path", "s3://b/x"])
+    prov = (out / "provenance.json").read_text()
+    assert str(tmp_path) not in prov + (out / "experiment.json").read_text()
+    assert '"command": "python -m tuning.compare exp.py --out=out --storage-path s3://b/x"' in prov
+    assert '"root": "data/synthetic"' in prov
+
+    run = _run(tmp_path / "run")  # and a run's report, from a run.json that keeps its paths whole
+    trials = [{"trial_id": tid, "config": {"x": x}, "status": "TERMINATED",
+               "rows": [{"training_iteration": t, "loss": x / t} for t in (1, 2)]}
+              for tid, x in (("a", 0.2), ("b", 0.6))]
+    results.write_tables(run, results.trials_table(trials, ["x"], strategy="random", max_epochs=2),
+                         results.epochs_table(trials, ["x"]))
+    rec = record.read(run)
+    rec.argv, rec.data = ["--results-dir", str(run), "--data-dir", "/elsewhere/data"], data.__dict__
+    rec.write(run)
+    md = runreport.regenerate(run)["markdown"].read_text()
+    assert str(tmp_path) not in md and "| data.root | data/synthetic |" in md
+    assert "--results-dir run --data-dir /elsewhere/data" in md  # outside the working folder: as it was
