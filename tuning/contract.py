@@ -159,6 +159,7 @@ def _numel(v) -> int | None:
         return None
 
 
+# results.is_number's twin: importing results would bring pandas into `import tuning`.
 def _is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 

@@ -138,7 +138,7 @@ def _epoch(row: pd.Series, names: list[str]) -> dict:
     seconds = row.get("time_this_iter_s")
     return {"metrics": {m: spaces.plain(row[m]) for m in names if pd.notna(row[m])},
             "seconds": float(seconds) if pd.notna(seconds) else 0.0,
-            "diverged": str(row.get("diverged")).lower() in ("true", "1", "1.0")}
+            "diverged": results.truthy(row.get("diverged"))}
 
 
 def _parallelism(epochs: pd.DataFrame) -> int | None:

@@ -40,8 +40,14 @@ _LOWER_IS_BETTER = ("loss", "error", "regret", "mse", "mae", "rmse", "nll", "per
 _HIGHER_IS_BETTER = ("acc", "auc", "f1", "precision", "recall", "r2", "score")
 
 
-def _number(v) -> bool:
+def is_number(v) -> bool:
+    """A result's value that is a number (a bool is not one, though Python says so)."""
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def truthy(v) -> bool:
+    """A boolean cell as read back from CSV ("True", "1", "1.0") or kept in memory (a bool)."""
+    return str(v).lower() in ("true", "1", "1.0")
 
 
 def is_metric(name: str) -> bool:
@@ -56,7 +62,7 @@ def metric_keys(records: list[dict], metric: str) -> list[str]:
     for rec in records:
         for row in rec["rows"]:
             for k, v in row.items():
-                if _number(v) and is_metric(k):
+                if is_number(v) and is_metric(k):
                     keys.setdefault(k, None)
     return list(keys)
 
@@ -245,7 +251,7 @@ def _truthy(column, n: int) -> pd.Series:
     """A boolean column as read back from CSV (strings) or kept in memory (bools); none: all False."""
     if column is None:
         return pd.Series([False] * n)
-    return column.map(lambda v: str(v).lower() in ("true", "1", "1.0")).astype(bool)
+    return column.map(truthy).astype(bool)
 
 
 def _finite(v) -> bool:

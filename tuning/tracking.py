@@ -162,10 +162,6 @@ def _short(exc: Exception) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def _batches(metrics: list, per_batch: int = 1000):
     """MLflow takes at most 1000 metrics a call. Cut between epochs only, so an epoch lands whole or
     not at all (a log_batch is one transaction): a child's last step is then its last epoch logged."""
@@ -387,18 +383,18 @@ class Tracker:
         from mlflow.entities import Metric
 
         w, child = self.worker, self.known.get(tid)
-        stamps = [int(r["timestamp"] * 1000) for r in rows if _is_number(r.get("timestamp"))]
+        stamps = [int(r["timestamp"] * 1000) for r in rows if results.is_number(r.get("timestamp"))]
         if child is None:
             run = w.client.create_run(self.experiment_id, start_time=min(stamps, default=None), run_name=tid,
                                       tags={"mlflow.parentRunId": self.parent, "trial_id": tid})
             child = self.known[tid] = _Child(run.info.run_id, tags={"trial_id": tid})
         epochs = {}
         for r in rows:  # an epoch's first report: one trained again after a resume is not sent again
-            if _is_number(r.get("training_iteration")) and r["training_iteration"] > child.step:
+            if results.is_number(r.get("training_iteration")) and r["training_iteration"] > child.step:
                 epochs.setdefault(int(r["training_iteration"]), r)
         metrics = [Metric(k, float(v), int(r.get("timestamp", time.time()) * 1000), step)
                    for step, r in sorted(epochs.items()) for k, v in r.items()
-                   if _is_number(v) and results.is_metric(k)]
+                   if results.is_number(v) and results.is_metric(k)]
         tags = {"status": status} if status else {}
         if row is not None:  # the trials table's verdict, at the end of the segment
             tags.update({"stopped_early": str(bool(row.get("stopped_early"))).lower(),
@@ -428,7 +424,7 @@ class Tracker:
 
         self._sync(records, {r["trial_id"]: r for r in trials.to_dict("records")} if len(trials) else {})
         rec, now = self.record, int(time.time() * 1000)
-        metrics = {k: v for k, v in (best.metrics if best else {}).items() if _is_number(v)}
+        metrics = {k: v for k, v in (best.metrics if best else {}).items() if results.is_number(v)}
         metrics.update({"trials": rec.trials, "stopped_early": rec.stopped_early, "failed": rec.failed,
                         "cpu_hours": rec.cpu_hours, "gpu_hours": rec.gpu_hours, "wall_time_s": rec.wall_time_s})
         tags = {"tuning.status": status, "best_trial_id": best.trial_id if best else "none",
@@ -510,7 +506,7 @@ class Comparison:
         now, best, curve = int(time.time() * 1000), None, []
         full = df["full_fidelity"] if "full_fidelity" in df else [True] * len(df)
         for step, (value, whole) in enumerate(zip(df[metric] if metric in df else [], full), start=1):
-            if whole and _is_number(value) and (best is None or (value < best if mode == "min" else value > best)):
+            if whole and results.is_number(value) and (best is None or (value < best if mode == "min" else value > best)):
                 best = float(value)
                 curve.append(Metric(f"incumbent_{metric}", best, now, step))  # step: results consumed so far
         n = len(df)

@@ -57,7 +57,7 @@ def load(out_dir: Path) -> tuple[pd.DataFrame, dict, dict]:
     for col in ("strategy", "run_id", "trial_id"):
         runs[col] = runs[col].astype(str)
     # CSV gives "True"/"False" strings or bools depending on the reader; parquet gives bools.
-    runs["full_fidelity"] = runs["full_fidelity"].astype(str).str.lower().isin(["true", "1", "1.0"])
+    runs["full_fidelity"] = runs["full_fidelity"].map(results.truthy).astype(bool)
     runs["value"] = _regret(exp)(runs[metric].astype(float))
     return runs, exp, prov
 
