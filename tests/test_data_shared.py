@@ -84,6 +84,7 @@ def test_a_cache_of_data_since_replaced_is_not_read_and_goes(tmp_path):
 
 
 def test_a_cache_that_cannot_be_written_leaves_each_process_its_own_copy(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.WARNING, logger="tuning.data")  # whatever an earlier CLI main in this process set
     src = _source(tmp_path)
     decoded = data.read_train_val(src, shared=False)
     caplog.clear()

@@ -236,8 +236,6 @@ def render(lines: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("tuning.data").setLevel(logging.ERROR)  # "generating synthetic data" for the live check
     p = cli.Parser(prog="python -m tuning.doctor", description=__doc__.split("\n\n")[0])
     p.add_argument("--address", metavar="auto|HOST:PORT", help="check the Ray cluster there instead of a local Ray")
     p.add_argument("--data-dir", default="./data", help="where CIFAR-10 should be (default ./data)")
@@ -250,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tuning.doctor: error: {exc}", file=sys.stderr)
         return 2
 
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("tuning.data").setLevel(logging.ERROR)  # "generating synthetic data" for the live check
     from tuning import backend
 
     backend.quiet_ray_logging()
