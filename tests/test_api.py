@@ -97,6 +97,7 @@ def test_incumbent_falls_back_to_the_furthest_budget_and_says_so():
     assert row["trial_id"] == "a" and note == ""  # d diverged: its value is a stand-in
 
 
+@pytest.mark.slow  # make test-all; the default suite runs tuning.run's CLI end to end in test_smoke and test_progress
 def test_the_api_and_tuning_run_give_the_same_trials(ray_here, tmp_path):
     space = tmp_path / "score_space.py"
     space.write_text("from tuning import Space, Uniform\n"

@@ -205,6 +205,7 @@ def _compare(*args):
                           text=True, timeout=900)
 
 
+@pytest.mark.slow  # make test-all; the default suite replays through tuning.search (a grid and ASHA over the calibration)
 @pytest.mark.timeout(900)
 def test_the_replay_experiment_runs_in_smoke_size(tmp_path):
     out = tmp_path / "cifar_replay"
