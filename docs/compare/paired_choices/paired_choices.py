@@ -1,19 +1,8 @@
-"""experiments/paired_choices.py scaled down, as run for the report in this folder
-(docs/comparisons.md says what was cut): the real experiment's budget with the strategies (and
-seeds, reference) named below. From the repository root:
-
-    python -m tuning.compare docs/compare/paired_choices/paired_choices.py --out results/compare/paired_choices
-
-The file that ran loaded experiments/paired_choices.py by its absolute path on the development
-machine; this copy finds it from the repository root and is otherwise the same."""
+"""experiments/paired_choices.py as scaled for this folder's report (docs/comparisons.md says what was cut).
+From the repository root: python -m tuning.compare docs/compare/paired_choices/paired_choices.py"""
 import dataclasses
-import importlib.util
-from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location(
-    "_full", Path(__file__).resolve().parents[3] / "experiments" / "paired_choices.py")
-_full = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_full)
-STRATEGIES = ("bohb", "tpe")
-EXPERIMENT = dataclasses.replace(_full.EXPERIMENT, seeds=tuple(range(5)), strategies=STRATEGIES,
-                                 reference="tpe")
+from tuning.compare import load_experiment
+
+EXPERIMENT = dataclasses.replace(load_experiment("experiments/paired_choices")[1], seeds=tuple(range(5)),
+                                 strategies=("bohb", "tpe"), reference="tpe")
