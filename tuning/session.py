@@ -318,8 +318,7 @@ def _record_end(record: RunRecord, trials, best: Best | None, status: str, start
     record.status = status
     wall = round(time.time() - started, 1)
     record.wall_time_s = round(record.wall_time_s + wall, 1)
-    if record.segments:  # a record from before segments were kept has none to close
-        record.segments[-1].update(wall_s=wall, ended=status)
+    record.segments[-1].update(wall_s=wall, ended=status)  # opened by _record_start
     record.trials = n
     record.cpu_hours = float(trials["cpu_hours"].sum()) if n else 0.0
     record.gpu_hours = float(trials["gpu_hours"].sum()) if n else 0.0
