@@ -36,7 +36,7 @@ def train(*, learning_rate, max_leaf_nodes, l2_regularization, min_samples_leaf,
         model.fit(xtr, ytr)
         p = model.predict_proba(xva)[:, 1]
         on_epoch({"log_loss": log_loss(yva, p), "auc": roc_auc_score(yva, p), "trees": model.n_iter_},
-                 {"model": model, "epoch": epoch + 1})  # torch.save pickles the fitted model
+                 {"model": model, "epoch": epoch + 1})  # the checkpoint pickles the fitted model
 
 
 SPACE = Space(

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 import tuning
-from tuning import Space, Uniform, run
+from tuning import Space, Uniform, run, trialstate
 from tuning.results import incumbent
 
 from cli_helpers import refused
@@ -76,6 +76,21 @@ def test_best_is_the_full_budget_incumbent_not_the_best_last_value(ray_here, tmp
     assert result.best.trial_id == full.loc[full["score"].idxmax(), "trial_id"]
     assert json.loads((tmp_path / "r" / "best_config.json").read_text())["trial_id"] == result.best.trial_id
     assert result.record.best["trial_id"] == result.best.trial_id  # what warm start and the report read
+
+
+def test_a_trainer_without_torch_runs_in_trials_that_never_import_it(ray_here, tmp_path):
+    """Torch's import is seconds of every trial process's start: a trainer that does not use torch
+    is run, checkpointed (pickle) and resumed from its checkpoints (Hyperband's pauses) without it."""
+    space = score_space(trainer="user_trainers:torch_free")
+    result = tuning.search(None, space, strategy="hyperband", seed=0, results_dir=tmp_path / "r")
+    assert result.status == "finished" and result.succeeded == len(result.trials)
+    epochs = pd.read_csv(tmp_path / "r" / "epochs.csv")
+    assert (epochs["torch_loaded"] == 0.0).all()
+    assert (epochs["restored_from"] > 0).any(), "no trial was resumed from a checkpoint: the case did not arise"
+    written = sorted((tmp_path / "r").rglob("state.p*"))
+    assert {p.name for p in written} == {"state.pkl"}
+    state = trialstate.read_checkpoint(written[0].parent)
+    assert state["epoch"] >= 1 and 0.0 <= state["lr"] <= 1.0
 
 
 def test_tunes_own_keys_are_never_taken_for_a_trainers_metrics():

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT
-from tuning import data, spaces, trainer
+from tuning import data, spaces, trainer, trialstate
 
 STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "tpe")
 TINY = dict(batch_size=64, epochs=1, width=4, seed=3)  # a second per run on 2 CPUs
@@ -56,8 +56,8 @@ def test_the_optimizer_trained_and_checkpointed_is_the_one_asked_for(tiny, tmp_p
     monkeypatch.setattr(trainer, "make_optimizer", lambda *a, **k: made.append(real(*a, **k)) or made[-1])
     _, state = _train(tiny, weight_decay=3e-3, **kw)
     assert [type(o) for o in made] == [kind]
-    trainer.write_checkpoint(state, tmp_path)
-    saved = trainer.read_checkpoint(tmp_path)["optimizer"]
+    trialstate.write_checkpoint(state, tmp_path)
+    saved = trialstate.read_checkpoint(tmp_path)["optimizer"]
     group, moments = saved["param_groups"][0], next(iter(saved["state"].values()))
     assert group["weight_decay"] == 3e-3 and group["lr"] == 1e-2
     if kind is torch.optim.SGD:
@@ -124,7 +124,7 @@ def _checked_optimizers(run_dir) -> set[str]:
             latest[row["trial_id"]] = row
     for trial, row in latest.items():
         config = row["config"]
-        state = trainer.read_checkpoint(run_dir / "tune" / trial / row["checkpoint_dir_name"])
+        state = trialstate.read_checkpoint(run_dir / "tune" / trial / row["checkpoint_dir_name"])
         group = state["optimizer"]["param_groups"][0]
         assert (group["lr"], group["weight_decay"]) == (config["lr"], config["weight_decay"]), trial
         if config["optimizer"] == "sgd":

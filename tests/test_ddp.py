@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ddp_helpers
-from tuning import data, distributed, trainer
+from tuning import data, distributed, trainer, trialstate
 
 
 @pytest.fixture(scope="module")
@@ -91,16 +91,16 @@ def test_restore_at_a_different_world_size(splits, tmp_path):
     straight = []
     trainer.train_cifar(**kw, on_epoch=lambda m, s: straight.append((m, _clone(s))))
     # Checkpoint after epoch 2 of the single process, continue with 2 ranks.
-    trainer.write_checkpoint(straight[1][1], tmp_path)
+    trialstate.write_checkpoint(straight[1][1], tmp_path)
     resumed = []
-    distributed.run(trainer.train_cifar, {**kw, "state": trainer.read_checkpoint(tmp_path)}, world_size=2,
+    distributed.run(trainer.train_cifar, {**kw, "state": trialstate.read_checkpoint(tmp_path)}, world_size=2,
                     threads=1, on_epoch=lambda m, s: resumed.append((m, s)))
     assert [m["epoch"] for m, _ in resumed] == [3]  # continued, nothing trained twice
     assert _update_gap(straight[-1][1]["model"], resumed[-1][1]["model"], init) < 1e-3
     # ... and back: the 2-rank checkpoint loads into a single process.
-    trainer.write_checkpoint(resumed[-1][1], tmp_path)
+    trialstate.write_checkpoint(resumed[-1][1], tmp_path)
     again = []
-    trainer.train_cifar(**{**kw, "epochs": 4}, state=trainer.read_checkpoint(tmp_path),
+    trainer.train_cifar(**{**kw, "epochs": 4}, state=trialstate.read_checkpoint(tmp_path),
                         on_epoch=lambda m, s: again.append(m))
     assert [m["epoch"] for m in again] == [4]
 

@@ -255,19 +255,19 @@ def test_a_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog)
     import torch
     from ray.tune import Checkpoint
 
-    from tuning import trainer
+    from tuning import trialstate
     from tuning.backend.trainables import restore
 
     for epoch in (1, 2):
         d = tmp_path / f"checkpoint_{epoch - 1:06d}"
         d.mkdir()
-        trainer.write_checkpoint({"epoch": epoch, "w": torch.ones(3) * epoch}, d)
-    latest = tmp_path / "checkpoint_000001" / trainer.CHECKPOINT_FILE
+        trialstate.write_checkpoint({"epoch": epoch, "w": torch.ones(3) * epoch}, d)
+    latest = tmp_path / "checkpoint_000001" / trialstate.CHECKPOINT_FILE
     latest.write_bytes(latest.read_bytes()[: latest.stat().st_size // 2])  # a crash mid-write
     state, epochs = restore(Checkpoint.from_directory(str(tmp_path / "checkpoint_000001")))
     assert state["epoch"] == 1 and epochs == 1
     assert "checkpoint_000001 is unreadable" in caplog.text and "previous checkpoint" in caplog.text
-    (tmp_path / "checkpoint_000000" / trainer.CHECKPOINT_FILE).write_bytes(b"")
+    (tmp_path / "checkpoint_000000" / trialstate.CHECKPOINT_FILE).write_bytes(b"")
     assert restore(Checkpoint.from_directory(str(tmp_path / "checkpoint_000001"))) == (None, 0)
     assert "starts over" in caplog.text
 

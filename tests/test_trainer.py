@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from tuning import data, trainer
+from tuning import data, trainer, trialstate
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +57,8 @@ def test_checkpoint_restore_continues_where_it_stopped(splits, tmp_path):
     trainer.train_cifar(epochs=3, on_epoch=lambda m, s: straight.append((m, _clone(s))), **kw)
 
     # Stop after epoch 1, checkpoint to disk, restore, and train on to epoch 3.
-    trainer.write_checkpoint(straight[0][1], tmp_path)
-    state = trainer.read_checkpoint(tmp_path)
+    trialstate.write_checkpoint(straight[0][1], tmp_path)
+    state = trialstate.read_checkpoint(tmp_path)
     assert state["epoch"] == 1
     _assert_same_state(state, straight[0][1])
     resumed = []
@@ -75,21 +75,21 @@ KILLED_MID_WRITE = """
 import sys, time
 from pathlib import Path
 import torch
-from tuning import trainer
+from tuning import trialstate
 
 class Stall:
     def __reduce__(self):
         Path(sys.argv[2]).touch()
         time.sleep(600)
 
-trainer.write_checkpoint({"epoch": 2, "w": torch.full((1 << 20,), 2.0), "stall": Stall()}, sys.argv[1])
+trialstate.write_checkpoint({"epoch": 2, "w": torch.full((1 << 20,), 2.0), "stall": Stall()}, sys.argv[1])
 """
 
 
 def test_checkpoints_are_written_atomically(tmp_path):
     model = trainer.make_model(4)
-    trainer.write_checkpoint({"model": model.state_dict(), "epoch": 1}, tmp_path)
-    before = (tmp_path / trainer.CHECKPOINT_FILE).read_bytes()
+    trialstate.write_checkpoint({"model": model.state_dict(), "epoch": 1}, tmp_path)
+    before = (tmp_path / trialstate.CHECKPOINT_FILE).read_bytes()
     writing = tmp_path / "writing"
     proc = subprocess.Popen([sys.executable, "-c", KILLED_MID_WRITE, str(tmp_path), str(writing)], cwd=ROOT)
     try:
@@ -98,13 +98,13 @@ def test_checkpoints_are_written_atomically(tmp_path):
             assert proc.poll() is None and time.monotonic() < deadline, "the writer never got mid-write"
             time.sleep(0.05)
         # Mid-write: a reader finds the previous checkpoint, whole, under the name.
-        assert (tmp_path / trainer.CHECKPOINT_FILE).read_bytes() == before
+        assert (tmp_path / trialstate.CHECKPOINT_FILE).read_bytes() == before
     finally:
         proc.kill()  # SIGKILL
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    assert (tmp_path / trainer.CHECKPOINT_FILE).read_bytes() == before  # a torch.save in place would be cut short
-    state = trainer.read_checkpoint(tmp_path)
+    assert (tmp_path / trialstate.CHECKPOINT_FILE).read_bytes() == before  # a torch.save in place would be cut short
+    state = trialstate.read_checkpoint(tmp_path)
     assert state["epoch"] == 1 and state["model"].keys() == model.state_dict().keys()
 
 
@@ -174,8 +174,8 @@ def test_bf16_autocast_runs_the_forward_pass_in_bf16_and_keeps_fp32_weights():
 
 
 def test_checkpoints_after_bf16_training_hold_fp32_tensors(fp32_and_bf16, tmp_path):
-    trainer.write_checkpoint(fp32_and_bf16["bf16"][1], tmp_path)
-    state = trainer.read_checkpoint(tmp_path)
+    trialstate.write_checkpoint(fp32_and_bf16["bf16"][1], tmp_path)
+    state = trialstate.read_checkpoint(tmp_path)
     floats = [v for v in state["model"].values() if v.is_floating_point()]
     floats += [v for st in state["optimizer"]["state"].values() for v in st.values()
                if isinstance(v, torch.Tensor) and v.is_floating_point() and v.dim() > 0]

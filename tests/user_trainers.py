@@ -72,3 +72,12 @@ def branches(*, optimizer, lr, epochs, momentum=None, nesterov=None, width=8, st
     for e in _epochs(state, epochs):
         loss = abs(lr - best) + (0.1 * (1 - momentum) if momentum is not None else 0.05) + 1 / (e + 1) + 0.01 * width
         on_epoch({"loss": loss}, {"epoch": e + 1})
+
+
+def torch_free(*, lr, epochs, state=None, on_epoch):
+    """`scored`, reporting whether its trial process has imported torch (1.0) or not (0.0)."""
+    import sys
+
+    for e in _epochs(state, epochs):
+        on_epoch({"score": 1 - abs(lr - 0.3) + 0.05 * (e + 1), "torch_loaded": float("torch" in sys.modules)},
+                 {"epoch": e + 1, "lr": lr})

@@ -337,7 +337,7 @@ def _count(trials, column: str, value=True) -> int:
 def _test_best(best: dict, records: list[dict], space: spaces.Space, source: data.DataSource,
                max_test: int | None, *, width: int) -> dict:
     """Test-set accuracy of the best trial's final model: measured once, for the best config only."""
-    from tuning import trainer
+    from tuning import trainer, trialstate
 
     ckpt = next((r["checkpoint"] for r in records if r["trial_id"] == best["trial_id"]), None)
     if ckpt is None:
@@ -347,9 +347,9 @@ def _test_best(best: dict, records: list[dict], space: spaces.Space, source: dat
 
         with tempfile.TemporaryDirectory() as d:
             pyarrow.fs.copy_files(ckpt, d)
-            state = trainer.read_checkpoint(d)
+            state = trialstate.read_checkpoint(d)
     else:
-        state = trainer.read_checkpoint(ckpt)
+        state = trialstate.read_checkpoint(ckpt)
     test = data.load_test(source, max_test)
     m = trainer.evaluate_test(state, test, width=width)  # the trial's width, searched or fixed
     return {"test_loss": m["loss"], "test_accuracy": m["accuracy"], "test_images": len(test)}

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import pickle
 import logging
 import math
-import os
 import time
-from pathlib import Path
 from typing import Callable
 
 import torch
@@ -29,12 +26,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
-from tuning import atomic
+from tuning.trialstate import memory
 from tuning.data import Split
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_FILE = "state.pt"
 # BatchNorm running statistics follow training faster than PyTorch's default 0.1 (airbench uses
 # 0.4): with the default, validation after a short first epoch used stale statistics and every
 # trial looked alike at ASHA's first rung.
@@ -192,56 +188,6 @@ def evaluate(model: nn.Module, split: Split, device: torch.device | str, rank: i
         correct += (logits.argmax(1) == y).sum().item()
     total_loss, correct = _all_sum([total_loss, correct], world_size, torch.device(device))
     return {"loss": total_loss / len(split), "accuracy": correct / len(split)}
-
-
-def memory(device: torch.device | str = "cpu") -> dict[str, float]:
-    """This process's memory now and at its peak (MB), and on CUDA what PyTorch allocated: the
-    numbers a GPU troubleshooting checklist watches with GPUtil, as metrics of every epoch."""
-    import resource
-
-    import psutil
-
-    out = {"rss_mb": psutil.Process().memory_info().rss / 2**20,
-           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10}  # KB on Linux
-    if torch.device(device).type == "cuda":
-        out.update(cuda_max_allocated_mb=torch.cuda.max_memory_allocated(device) / 2**20,
-                   cuda_reserved_mb=torch.cuda.memory_reserved(device) / 2**20)
-    return out
-
-
-LEAK_MIN_MB = 64  # growth below this is allocator noise, not a leak
-
-
-def memory_growing(rss_mb: list[float]) -> bool:
-    """Memory that grows epoch after epoch: from epoch 2 on (epoch 1 fills caches) at least three
-    increases in a row, adding up to more than LEAK_MIN_MB and 10% of epoch 2's footprint."""
-    if len(rss_mb) < 5:
-        return False
-    tail = rss_mb[1:]
-    rising = all(b > a for a, b in zip(tail[-4:], tail[-3:]))
-    return rising and tail[-1] - tail[0] > max(LEAK_MIN_MB, 0.1 * tail[0])
-
-
-LEAK_ADVICE = ("a tensor kept alive across steps is the usual cause: log losses with .item(), not the "
-               "tensor; evaluate under torch.no_grad(); del large temporaries")
-
-
-def write_checkpoint(state: dict, directory: str | os.PathLike) -> Path:
-    """Atomically: a reader never sees a half-written file under the final name."""
-    path = Path(directory) / CHECKPOINT_FILE
-    atomic.write_atomically(path, lambda p: torch.save(state, p))
-    return path
-
-
-def read_checkpoint(directory: str | os.PathLike) -> dict:
-    """A state write_checkpoint wrote. Tensors and plain values load with torch's safe loader; a
-    user's trainer may also hand over other objects (a fitted scikit-learn model), which only
-    pickle brings back: the file is one this run wrote into its own results dir."""
-    path = Path(directory) / CHECKPOINT_FILE
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError:  # what the safe loader raises for a class it does not know
-        return torch.load(path, map_location="cpu", weights_only=False)
 
 
 EpochCallback = Callable[[dict, dict], None]

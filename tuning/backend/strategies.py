@@ -26,7 +26,6 @@ from ray.tune.search.basic_variant import _TrialIterator
 
 from tuning import conditions, spaces
 from tuning.backend.budget import TimeGate
-from tuning.backend.bohb import PaperBOHB
 from tuning.backend.hyperband import PaperHyperBand, PauseEveryResult
 
 
@@ -230,6 +229,8 @@ def build(spec, budget=None):
 
             model = tpe.searcher(space, seed, spec.warm_points)
         if strategy == "bohb":
+            from tuning.backend.bohb import PaperBOHB  # hpbandster, ConfigSpace, scipy: seconds, for BOHB alone
+
             np.random.seed(seed + spec.extension)  # HpBandSter draws its random fraction from numpy's global generator
             model = PaperBOHB(space=spaces.to_configspace(space, seed), metric=space.metric, mode=space.mode,
                               seed=seed)

@@ -1,7 +1,8 @@
 """The trainables Tune runs: adapters from the project's trainers to Tune's report/checkpoint API.
 
 Part of tuning.backend (every Ray call of the project lives in this package), imported lazily by
-it when Tune is used: it imports Ray and torch. A trial here
+it when Tune is used. It imports Ray, and torch only where a trial needs it (the CIFAR trainer,
+DDP, a GPU): a user's trainer without torch starts its trials without torch's import. A trial here
 restores from its newest readable checkpoint, reports each epoch with a checkpoint, stops itself
 when its metric diverges (reporting a finite worst case instead of NaN), and turns a CUDA
 out-of-memory error into a message naming the configuration.
@@ -12,19 +13,23 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import os
+import sys
 import tempfile
 import uuid
 from collections import OrderedDict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import ray
-import torch
 from ray import tune
 
-from tuning import contract, distributed, results, spaces, trainer
+from tuning import contract, results, spaces, trialstate
 from tuning.backend.tune_parts import SyntheticBenchmark
 from tuning.benchmarks import BENCHMARKS
-from tuning.data import DataSource, load_train_val
+
+if TYPE_CHECKING:
+    from tuning.data import DataSource
 
 log = logging.getLogger(__name__)
 
@@ -74,11 +79,11 @@ def restore(checkpoint) -> tuple[dict | None, int]:
     for path in candidates:
         try:
             if path.is_dir():
-                state = recalled(path) or trainer.read_checkpoint(path)
+                state = recalled(path) or trialstate.read_checkpoint(path)
                 epoch = _epochs_held(path, state)
             else:  # remote storage: Tune downloads the latest
                 with checkpoint.as_directory() as d:
-                    state = trainer.read_checkpoint(d)
+                    state = trialstate.read_checkpoint(d)
                     epoch = _epochs_held(Path(d), state)
         except Exception as exc:  # any unreadable file means "try the one before"
             log.warning("checkpoint %s is unreadable (%s: %s)", path, type(exc).__name__, exc)
@@ -122,7 +127,7 @@ def trainable(spec):
 EPOCH_FILE = "epoch.txt"  # in a checkpoint: the epochs the trial had reported when it was written
 
 
-def train_function(config: dict, *, trainer, source: DataSource | None, max_epochs: int,
+def train_function(config: dict, *, trainer, source, max_epochs: int,
                    fixed: dict, seed: int, threads: int, metric: str, diverged_value: float,
                    workers: int = 1, max_train: int | None = None, max_val: int | None = None) -> None:
     """Tune's view of a trainer (tuning.contract): report each epoch, checkpoint each epoch, and
@@ -144,7 +149,10 @@ def train_function(config: dict, *, trainer, source: DataSource | None, max_epoc
                         on_epoch=report)
     except _Diverged:
         return
-    except torch.cuda.OutOfMemoryError as exc:
+    except Exception as exc:
+        torch = sys.modules.get("torch")  # a CUDA error comes from a process that imported torch
+        if torch is None or not isinstance(exc, torch.cuda.OutOfMemoryError):
+            raise
         torch.cuda.empty_cache()  # give the memory back before the next trial in this process
         share = ray.get_runtime_context().get_assigned_resources().get("GPU", 0.0)
         raise RuntimeError(oom_message(params, str(exc), share)) from None
@@ -170,12 +178,12 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
         # restored_from: the epoch this trial's process resumed at (0 = fresh start), so the
         # tables can show pauses and prove no epoch was trained twice. A trainer's own memory
         # figures (a DDP rank's) win over this process's.
-        metrics = {**trainer.memory(), **metrics, "restored_from": restored_epoch, "node_id": node_id}
+        metrics = {**trialstate.memory(), **metrics, "restored_from": restored_epoch, "node_id": node_id}
         rss.append(metrics["rss_mb"])
-        metrics["memory_growing"] = trainer.memory_growing(rss)
-        if metrics["memory_growing"] and not trainer.memory_growing(rss[:-1]):
+        metrics["memory_growing"] = trialstate.memory_growing(rss)
+        if metrics["memory_growing"] and not trialstate.memory_growing(rss[:-1]):
             log.warning("trial memory grew by %.0f MB since epoch 2 (%s): %s", rss[-1] - rss[1],
-                        params, trainer.LEAK_ADVICE)
+                        params, trialstate.LEAK_ADVICE)
         value = metrics.get(metric)
         if metrics.get("diverged") or not math.isfinite(value):
             # A finite worst case keeps NaN out of ASHA's rungs and BOHB's model; no checkpoint,
@@ -185,7 +193,7 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
         reported[0] += 1
         with tempfile.TemporaryDirectory() as d:
             try:
-                trainer.write_checkpoint(state, d)
+                trialstate.write_checkpoint(state, d)
             except Exception as exc:  # pickling errors come in many types
                 raise TypeError(contract.unsaveable(exc)) from exc
             (Path(d) / EPOCH_FILE).write_text(str(reported[0]))
@@ -198,13 +206,15 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
 def _train_user(fn, kwargs: dict, *, seed: int, threads: int, workers: int, on_epoch) -> None:
     """A user's trainer on the trial's resources: one nccl rank per GPU or `workers` gloo ranks
     sharing the CPUs (the trainer takes rank, world_size and device), or this process alone."""
-    gpus = ray.get_gpu_ids() if torch.cuda.is_available() else []
+    gpus = _gpus()
     ranks, backend, device = (len(gpus), "nccl", "cuda") if len(gpus) > 1 else (workers, "gloo", "cpu")
     if ranks > 1:
+        from tuning import distributed
+
         distributed.run(fn, contract.call_kwargs(fn, kwargs, {"seed": seed}), world_size=ranks, backend=backend,
                         device_type=device, threads=max(1, threads // ranks), on_epoch=on_epoch)
         return
-    torch.set_num_threads(threads)
+    _set_threads(threads)
     fn(**contract.call_kwargs(fn, {**kwargs, "on_epoch": on_epoch},
                               {"seed": seed, "device": "cuda" if gpus else "cpu", "rank": 0, "world_size": 1}))
 
@@ -213,9 +223,14 @@ def _train_cifar(kwargs: dict, *, source: DataSource, max_train: int | None, max
                  threads: int, workers: int, on_epoch) -> None:
     """train_cifar on the trial's resources: one nccl rank per GPU, `workers` gloo ranks sharing
     the CPUs, or this process alone."""
+    import torch
+
+    from tuning import distributed, trainer
+    from tuning.data import load_train_val
+
     train, val = load_train_val(source, max_train, max_val)  # cached across trials in this process
     kwargs = {**kwargs, "train": train, "val": val}
-    gpus = ray.get_gpu_ids() if torch.cuda.is_available() else []
+    gpus = _gpus()
     if len(gpus) > 1:
         distributed.run(trainer.train_cifar, kwargs, world_size=len(gpus), backend="nccl",
                         device_type="cuda", threads=max(1, threads // len(gpus)), on_epoch=on_epoch)
@@ -225,6 +240,26 @@ def _train_cifar(kwargs: dict, *, source: DataSource, max_train: int | None, max
     else:
         torch.set_num_threads(threads)
         trainer.train_cifar(**kwargs, device="cuda" if gpus else "cpu", on_epoch=on_epoch)
+
+
+def _gpus() -> list:
+    """The GPUs Ray gave this trial, where torch can use them (a GPU torch cannot see trains nothing)."""
+    gpus = ray.get_gpu_ids()
+    if not gpus:  # no torch import for a CPU trial
+        return []
+    import torch
+
+    return gpus if torch.cuda.is_available() else []
+
+
+def _set_threads(threads: int) -> None:
+    """The trial's CPU share as torch's thread count: now, where the trainer's module imported torch,
+    else through the environment, which torch reads when a trainer imports it later."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+    else:
+        os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 def oom_message(params: dict, error: str, gpu_share: float) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tuning import spaces, trainer
+from tuning import spaces, trainer, trialstate
 from tuning.bench.harness import row, run_tune, synthetic
 
 
@@ -84,17 +84,17 @@ def _recall_cost(repeats: int = 50) -> list[dict]:
     opt.step()  # the optimizer's moments exist, as in a real checkpoint
     state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": 1}
     with tempfile.TemporaryDirectory() as d:
-        trainer.write_checkpoint(state, d)
+        trialstate.write_checkpoint(state, d)
         trainables.remember(state, d)
         times = {}
-        for name, read in (("read", lambda: trainer.read_checkpoint(d)), ("recall", lambda: trainables.recalled(Path(d)))):
+        for name, read in (("read", lambda: trialstate.read_checkpoint(d)), ("recall", lambda: trainables.recalled(Path(d)))):
             took = []
             for _ in range(repeats):
                 t = time.perf_counter()
                 assert read() is not None
                 took.append(1000 * (time.perf_counter() - t))
             times[name] = statistics.median(took)
-        size = (Path(d) / trainer.CHECKPOINT_FILE).stat().st_size / 1e6
+        size = (Path(d) / trialstate.CHECKPOINT_FILE).stat().st_size / 1e6
     detail = f"the CIFAR model's state (width 16, AdamW), {size:.2f} MB on local disk; median of {repeats}"
     return [row("scheduler", "resume_state_read_ms", times["read"], "ms", f"read back from the checkpoint; {detail}"),
             row("scheduler", "resume_state_recall_ms", times["recall"], "ms", f"recalled from memory; {detail}")]

@@ -1,0 +1,76 @@
+"""A trial's state on disk and its process's memory, without importing torch.
+
+A trial process that never imports torch starts seconds sooner (torch's import is about two
+seconds here, more with several trial processes starting at once), and a user's trainer that
+trains a scikit-learn model or a plain function has no use for it. So the checkpoint format
+follows the state: a process that has imported torch may hold tensors and saves with torch.save;
+one that has not holds none (a tensor cannot exist without its module) and saves with pickle.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import resource
+import sys
+from pathlib import Path
+
+import psutil
+
+from tuning import atomic
+
+CHECKPOINT_FILE = "state.pt"  # torch.save, from a process that had imported torch
+PICKLE_FILE = "state.pkl"  # pickle, from one that had not
+LEAK_MIN_MB = 64  # growth below this is allocator noise, not a leak
+LEAK_ADVICE = ("a tensor kept alive across steps is the usual cause: log losses with .item(), not the "
+               "tensor; evaluate under torch.no_grad(); del large temporaries")
+
+
+def write_checkpoint(state: dict, directory: str | os.PathLike) -> Path:
+    """Atomically: a reader never sees a half-written file under the final name."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        path = Path(directory) / PICKLE_FILE
+        atomic.write_atomically(path, lambda p: Path(p).write_bytes(pickle.dumps(state)))
+        return path
+    path = Path(directory) / CHECKPOINT_FILE
+    atomic.write_atomically(path, lambda p: torch.save(state, p))
+    return path
+
+
+def read_checkpoint(directory: str | os.PathLike) -> dict:
+    """A state write_checkpoint wrote. Tensors and plain values load with torch's safe loader; a
+    user's trainer may also hand over other objects (a fitted scikit-learn model), which only
+    pickle brings back: the file is one this run wrote into its own results dir."""
+    pickled = Path(directory) / PICKLE_FILE
+    if pickled.exists():
+        return pickle.loads(pickled.read_bytes())
+    import torch
+
+    path = Path(directory) / CHECKPOINT_FILE
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:  # what the safe loader raises for a class it does not know
+        return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def memory(device=None) -> dict[str, float]:
+    """This process's memory now and at its peak (MB), and on CUDA what PyTorch allocated: the
+    numbers a GPU troubleshooting checklist watches with GPUtil, as metrics of every epoch."""
+    out = {"rss_mb": psutil.Process().memory_info().rss / 2**20,
+           "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**10}  # KB on Linux
+    torch = sys.modules.get("torch")
+    if device is not None and torch is not None and torch.device(device).type == "cuda":
+        out.update(cuda_max_allocated_mb=torch.cuda.max_memory_allocated(device) / 2**20,
+                   cuda_reserved_mb=torch.cuda.memory_reserved(device) / 2**20)
+    return out
+
+
+def memory_growing(rss_mb: list[float]) -> bool:
+    """Memory that grows epoch after epoch: from epoch 2 on (epoch 1 fills caches) at least three
+    increases in a row, adding up to more than LEAK_MIN_MB and 10% of epoch 2's footprint."""
+    if len(rss_mb) < 5:
+        return False
+    tail = rss_mb[1:]
+    rising = all(b > a for a, b in zip(tail[-4:], tail[-3:]))
+    return rising and tail[-1] - tail[0] > max(LEAK_MIN_MB, 0.1 * tail[0])
