@@ -9,7 +9,10 @@ imported torch would measure torch's import, not the harness."""
 from __future__ import annotations
 
 import csv
+import json
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -72,6 +75,35 @@ def run_raw_tune(n: int, seconds: float, *, loggers: bool = True):
         else:
             os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = before
     return rec
+
+
+OVERHEAD_KINDS = ("ours", "ours_tune_logs", "raw", "raw_no_loggers")
+
+
+def overhead_in_fresh_process(kind: str, n: int, seconds: float) -> dict:
+    """One overhead measurement (a kind of OVERHEAD_KINDS) in a new Python process with its own Ray,
+    as a user's command runs: each pays its own cold imports, and none inherits another's (Ray's
+    usage tagging imports mlflow in a process's first tune.run, ~2 s here). Returns wall_s,
+    first_start_s (tune.run called to the first trial running) and loop_s (first trial start to
+    last result)."""
+    out = subprocess.run([sys.executable, "-m", "tuning.bench.harness", kind, str(n), str(seconds)],
+                         capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"the {kind} overhead run failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _overhead(kind: str, n: int, seconds: float) -> dict:
+    from tuning.spaces import Space, Uniform
+
+    if kind.startswith("raw"):
+        rec = run_raw_tune(n, seconds, loggers=kind == "raw")
+    else:
+        space = Space(params={"x": Uniform(0.0, 1.0)}, trainer="tuning.bench.harness:busy",
+                      fixed={"seconds": seconds}, gpus_per_trial=0)
+        rec = run_tune(space, "random", num_samples=n, max_epochs=1, cpus=1, tune_logs=kind == "ours_tune_logs")
+    first = min(rec.starts.values())
+    return {"wall_s": rec.wall_s, "first_start_s": first, "loop_s": max(r["wall_s"] for r in rec.rows) - first}
 
 
 def _raw_busy():
@@ -181,3 +213,7 @@ def write_rows(path: Path, rows: list[dict], fields: list[str] | None = None) ->
             writer.writerows(rows)
 
     results.write_atomic(path, write)
+
+
+if __name__ == "__main__":  # overhead_in_fresh_process's child: python -m tuning.bench.harness KIND N SECONDS
+    print(json.dumps(_overhead(sys.argv[1], int(sys.argv[2]), float(sys.argv[3]))))
