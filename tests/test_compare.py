@@ -96,8 +96,14 @@ def test_finals_hold_each_runs_final_full_fidelity_regret(smoke):
 
 def test_report_lists_each_strategy_with_its_seed_count(smoke):
     md = (smoke[1] / "report.md").read_text()
+    runs = pd.read_csv(smoke[1] / "runs.csv")
+    # n counts seeds with a full-fidelity result. Hyperband's first one normally lands at 3.7 of the
+    # smoke's 6 full evaluations, but CI once saw a run end without one (rung waits under load),
+    # so the expectation comes from the runs, not a constant.
+    with_full = runs[runs["full_fidelity"]].groupby("strategy")["seed"].nunique()
     for s in STRATEGIES:
-        assert f"| {s} | 1 |" in md
+        assert f"| {s} | {with_full.get(s, 0)} |" in md
+    assert with_full.sum() >= len(STRATEGIES) - 1, with_full.to_dict()  # the count is not all zeros
 
 
 def test_report_regenerates_from_runs_csv(smoke):
