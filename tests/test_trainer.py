@@ -40,6 +40,17 @@ def test_validation_loss_falls_over_two_epochs(easy_splits):
         assert all(isinstance(v, (int, float)) for v in m.values())
 
 
+def test_max_steps_caps_the_optimizer_steps_of_each_epoch(easy_splits):
+    train, val = easy_splits
+    steps = []  # AdamW's step count, read when each epoch ends (the state holds live tensors)
+    trainer.train_cifar(lr=1e-3, batch_size=128, epochs=2, train=train, val=val, max_steps=3,
+                        on_epoch=lambda m, s: steps.append(s["optimizer"]["state"][0]["step"].item()))
+    assert steps == [3, 6]
+    trainer.train_cifar(lr=1e-3, batch_size=128, epochs=1, train=train, val=val,
+                        on_epoch=lambda m, s: steps.append(s["optimizer"]["state"][0]["step"].item()))
+    assert steps[-1] == len(train) // 128  # uncapped: every full batch
+
+
 @pytest.mark.slow  # make test-all; default suite: the loss falls over two epochs
 def test_a_well_tuned_run_beats_a_badly_tuned_one(easy_splits):
     train, val = easy_splits

@@ -198,7 +198,7 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
                 momentum: float = 0.9, nesterov: bool = True, label_smoothing: float = 0.0,
                 augment: bool = True, device: str | torch.device = "cpu", state: dict | None = None,
                 on_epoch: EpochCallback | None = None, rank: int = 0, world_size: int = 1,
-                precision: str = "auto") -> dict[str, float]:
+                precision: str = "auto", max_steps: int | None = None) -> dict[str, float]:
     """Train for `epochs` epochs in all (a restored `state` counts its own), evaluating on `val`
     after each. `on_epoch(metrics, state)` receives Python floats and the checkpointable state;
     under DDP it is called on rank 0 only. Returns the last epoch's metrics.
@@ -209,7 +209,8 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
     `momentum` and `nesterov` are SGD's (make_optimizer). `label_smoothing` applies to the
     training loss only: validation stays plain cross-entropy, so runs that smooth differently
     report comparable losses. `augment=False` trains on the images as they are (no flip, no
-    translation)."""
+    translation). `max_steps` caps the optimizer steps per epoch (memory and speed probes that need
+    the whole split loaded but not a whole epoch trained); None trains every full batch."""
     device = torch.device(device)
     dtype = autocast_dtype(precision, device)
     if batch_size % world_size:
@@ -231,7 +232,8 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
         order = _epoch_order(sampler, epoch, seed, len(train))
         t0 = time.perf_counter()
         loss_sum, seen = _train_epoch(net, opt, train, order, local_batch=local_batch, device=device, dtype=dtype,
-                                      world_size=world_size, label_smoothing=label_smoothing, augmented=augment)
+                                      world_size=world_size, label_smoothing=label_smoothing, augmented=augment,
+                                      max_steps=max_steps)
         t1 = time.perf_counter()
         if not math.isfinite(loss_sum):  # the summed loss is NaN/inf on every rank alike
             metrics = {"loss": math.nan, "accuracy": math.nan, "diverged": True, "epoch": epoch + 1,
@@ -289,12 +291,13 @@ def _epoch_order(sampler: DistributedSampler, epoch: int, seed: int, n: int):
 
 def _train_epoch(net: nn.Module, opt: torch.optim.Optimizer, train: Split, order, *, local_batch: int,
                  device: torch.device, dtype, world_size: int, label_smoothing: float = 0.0,
-                 augmented: bool = True) -> list[float]:
+                 augmented: bool = True, max_steps: int | None = None) -> list[float]:
     """One epoch of steps; [summed (smoothed) training loss, images seen] over all ranks."""
     mine, flips, shifts = order
     net.train()
     loss_sum, seen = 0.0, 0
-    for i in range(0, len(mine) - local_batch + 1, local_batch):  # drop the ragged last batch
+    starts = range(0, len(mine) - local_batch + 1, local_batch)  # drop the ragged last batch
+    for i in starts[:max_steps]:  # every rank takes the same count, so DDP's all-reduces pair up
         idx = mine[i:i + local_batch]
         didx = idx.to(train.x.device)
         x = train.x[didx]
