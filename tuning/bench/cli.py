@@ -62,6 +62,8 @@ def bench_overhead(quick: bool) -> list[dict]:
                 f"the same with Tune's per-trial loggers on (tuning.run --tune-logs); {detail}"),
             row("overhead", "raw_tune_overhead_ratio", raw["wall_s"] / ideal, "x",
                 f"the same work through {plain}, Tune's default loggers on; {detail}"),
+            row("overhead", "raw_tune_overhead_ratio_loop", raw["loop_s"] / ideal, "x",
+                f"first trial start to last result / ideal, {plain}; the peer of harness_overhead_ratio_loop"),
             row("overhead", "raw_tune_overhead_ratio_no_loggers", raw_quiet["wall_s"] / ideal, "x",
                 f"the same, Tune's per-trial loggers off as ours are; {detail}"),
             row("overhead", "raw_tune_start_to_first_trial_s", raw["first_start_s"], "s",
