@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import sys
 import threading
-import time
 from pathlib import Path
 
 import psutil
@@ -23,7 +22,7 @@ def anonymous_private_mb() -> float:
 
 def main(batch: int) -> dict:
     stages = {"python": anonymous_private_mb()}
-    from ray import tune  # noqa: F401  (every trial process has it)
+    import ray.tune  # noqa: F401  (every trial process has it imported)
     stages["ray_tune"] = anonymous_private_mb()
     import torch
     stages["torch"] = anonymous_private_mb()
