@@ -4,5 +4,5 @@ import dataclasses
 
 from tuning.compare import load_experiment
 
-EXPERIMENT = dataclasses.replace(load_experiment("experiments/misleading_first_epoch")[1], seeds=tuple(range(5)),
+EXPERIMENT = dataclasses.replace(load_experiment("experiments/misleading_first_epoch")[1], seeds=tuple(range(10)),
                                  strategies=("bohb", "tpe"), reference="tpe")
