@@ -101,7 +101,7 @@ def bench_node_memory(quick: bool) -> list[dict]:
         source = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=50_000, synthetic_test=1000)
         counts, what = (1, 2, 4), "50,000 synthetic images (CIFAR-10's format and size)"
     # Memory, not speed, is measured: a capped epoch loads and augments the whole split as a full one
-    # does, and the six steps (1, 2, 4 trials, twice) take minutes here instead of the ~90 full epochs would.
+    # does, and the six steps (1, 2, 4 trials, twice) take minutes here, not the ~90 min full epochs took.
     space = spaces.load("cifar_asha")
     space = dataclasses.replace(space, fixed={**space.fixed, "max_steps": MAX_STEPS})
     modes = ("unshared",) if not data.sharing_on() else ("unshared", "shared")  # --no-shared-data: before only
