@@ -324,8 +324,6 @@ def _resources(space: spaces.Space, cluster: dict, cpus, gpus, workers) -> tuple
 def _precision(space: spaces.Space, flag: str | None) -> str | None:
     """The CIFAR trainer's precision: the flag, else the space's fixed setting, else auto; None
     for other trainers, which take no such argument."""
-    from tuning.trainer import PRECISIONS  # torch: only once a run is being planned
-
     if space.trainer != "cifar" or "precision" in space.params:
         if flag:
             why = "searches precision" if space.trainer == "cifar" else f"trains {spaces.trainer_name(space.trainer)}"
@@ -333,9 +331,9 @@ def _precision(space: spaces.Space, flag: str | None) -> str | None:
                              f"{why}: drop it")
         return None
     value = flag or space.fixed.get("precision", "auto")
-    if value not in PRECISIONS:
+    if value not in contract.PRECISIONS:
         raise spaces.SpaceError(f"{space.name}: fixed precision {value!r} unknown: use one of "
-                                f"{', '.join(PRECISIONS)}")
+                                f"{', '.join(contract.PRECISIONS)}")
     return value
 
 

@@ -30,6 +30,9 @@ from tuning.cli import TuningError
 REQUIRED = ("epochs", "state", "on_epoch")
 OPTIONAL = ("seed", "device", "rank", "world_size")
 BUILT_IN = "cifar"
+# The built-in trainer's precision settings (tuning.trainer.autocast_dtype), here so that the driver
+# can check a flag or a space without importing torch (3 s of every `python -m tuning.run`).
+PRECISIONS = ("auto", "bf16", "fp32")
 
 
 class ContractError(TuningError):

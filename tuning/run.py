@@ -13,7 +13,7 @@ import sys
 
 from tuning import api, cli, growth, results, spaces, tracking
 from tuning.cli import TuningError, UsageError
-from tuning.trainer import PRECISIONS
+from tuning.contract import PRECISIONS
 
 log = logging.getLogger("tuning.run")
 

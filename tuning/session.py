@@ -11,12 +11,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 
-from tuning import backend, cli, contract, data, growth, results, spaces, tracking
+from tuning import backend, cli, contract, growth, results, spaces, tracking
 from tuning.record import RunRecord
+
+if TYPE_CHECKING:  # tuning.data imports torch (3 s): only a CIFAR run's driver needs it
+    from tuning import data
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +135,11 @@ def start(space: spaces.Space, record: RunRecord, *, address: str | None, worker
     """(source, cluster, ray_was_running): the run's data (None for a trainer of the user's or a
     synthetic benchmark, which bring their own), the Ray cluster started or joined, as
     backend.cluster_info describes it, and whether Ray was up before (then it is left up)."""
-    source = data.prepare(**record.data_args) if space.trainer == "cifar" else None
+    source = None
+    if space.trainer == "cifar":
+        from tuning import data
+
+        source = data.prepare(**record.data_args)
     running = backend.ray_running()
     backend.start_ray(address=address, worker_logs=worker_logs, num_cpus=cli.SMOKE_CPUS if record.smoke else None)
     cluster = backend.cluster_info()
@@ -350,6 +357,8 @@ def _test_best(best: dict, records: list[dict], space: spaces.Space, source: dat
             state = trialstate.read_checkpoint(d)
     else:
         state = trialstate.read_checkpoint(ckpt)
+    from tuning import data
+
     test = data.load_test(source, max_test)
     m = trainer.evaluate_test(state, test, width=width)  # the trial's width, searched or fixed
     return {"test_loss": m["loss"], "test_accuracy": m["accuracy"], "test_images": len(test)}

@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
+from tuning.contract import PRECISIONS
 from tuning.trialstate import memory
 from tuning.data import Split
 
@@ -37,7 +38,6 @@ log = logging.getLogger(__name__)
 BN_MOMENTUM = 0.4
 EVAL_BATCH = 256  # larger batches ran slower on CPU here (cache); a GPU does not care much
 PAD = 2  # augmentation: random translation by up to 2 pixels, as airbench
-PRECISIONS = ("auto", "bf16", "fp32")
 
 
 def autocast_dtype(precision: str, device: torch.device | str) -> torch.dtype | None:
