@@ -9,12 +9,21 @@ ARGS ?=
 run: $(VENV)/.installed
 	$(PY) -m tuning.run --space $(SPACE) $(ARGS)
 
+# Two pytest-xdist workers, a module each at a time (tests/conftest.py: the longest modules first),
+# then the few tests marked alone in one process (exit 5: ARGS named none of them). TEST_WORKERS=0
+# runs the whole suite in one process.
+TEST_WORKERS ?= 2
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+ALONE = $(if $(XDIST),$(PY) -m pytest -m "$(1)" $(ARGS) || test $$? -eq 5)
+
 test: $(VENV)/.installed
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest $(XDIST) $(ARGS)
+	$(call ALONE,alone and not slow)
 
 # Includes the tests marked slow.
 test-all: $(VENV)/.installed
-	$(PY) -m pytest -m "" $(ARGS)
+	$(PY) -m pytest -m "" $(XDIST) $(ARGS)
+	$(call ALONE,alone)
 
 # Every GPU measurement in one go (README: GPU check); without a GPU, the CPU side and exit 0.
 gpu-check: $(VENV)/.installed

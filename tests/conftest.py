@@ -13,6 +13,25 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ["TUNING_NO_DOWNLOAD"] = "1"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 
+# `make test` runs the modules on two pytest-xdist workers, a module at a time (--dist loadfile, so
+# that a module's Ray and its runs stay in one process), in this order: the longest first, so that
+# the last module to start is a short one and neither worker idles while the other finishes a
+# minutes-long end-to-end run. Seconds: one serial run alone on the 2-core development machine,
+# 2026-12-03 (`--durations=0`); modules not named follow in their own order.
+LONGEST_FIRST = ("test_reliability.py", "test_compare.py", "test_smoke.py", "test_api.py", "test_runreport.py",
+                 "test_growth.py", "test_strategies.py", "test_progress.py", "test_hyperband.py", "test_replay.py",
+                 "test_doctor.py", "test_tracking.py", "test_examples.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module keeps its order
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # tests marked alone run after the workers (Makefile)
+        alone = [item for item in items if item.get_closest_marker("alone")]
+        if alone:
+            config.hook.pytest_deselected(items=alone)
+            items[:] = [item for item in items if not item.get_closest_marker("alone")]
+
 
 @pytest.fixture(scope="session")
 def synthetic_source(tmp_path_factory):
