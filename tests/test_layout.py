@@ -68,6 +68,16 @@ def test_the_run_path_never_imports_the_measurement_package():
     assert not reach, f"{sorted(reach)} import tuning.bench: measurement code would load on every run"
 
 
+def test_the_driver_modules_load_without_torch():
+    # tuning.run once imported the CIFAR trainer for its --precision choices, and tuning.session the
+    # data module: torch (3 s) in every command's driver, which only a CIFAR run's data needs.
+    code = ("import sys, tuning.run, tuning.session, tuning.api, tuning.compare, tuning.backend; "
+            "print(sorted(m for m in ('torch', 'torchvision') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
 @pytest.mark.timeout(240)
 def test_a_non_editable_install_has_every_module_and_runs_the_commands(tmp_path):
     pytest.importorskip("setuptools", minversion="70.1")  # builds wheels itself from 70.1 (no `wheel` package)

@@ -23,12 +23,16 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from tuning import api, backend, cli, data, growth, replay, results, spaces, tracking
+from tuning import api, backend, cli, growth, replay, results, spaces, tracking
 from tuning.report import comparison as report
 from tuning.cli import UsageError
+
+if TYPE_CHECKING:  # tuning.data imports torch (3 s): only a CIFAR comparison's driver needs it
+    from tuning import data
 
 log = logging.getLogger("tuning.compare")
 
@@ -203,6 +207,8 @@ def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
     """The CIFAR data a comparison trains on (None for a synthetic benchmark)."""
     if space.trainer != "cifar":
         return None
+    from tuning import data
+
     sizes = {k: api.SMOKE[k] for k in ("synthetic_train", "synthetic_test")} if smoke else {}  # tuning.run --smoke's
     source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0, **sizes)
     log.warning("DATA: %s (%s)", "SYNTHETIC CIFAR-10-shaped images" if source.kind == "synthetic"
@@ -323,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             track = tracking.check(args.mlflow, args.mlflow_experiment, f"compare-{name}", out.absolute())
             html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,
                        address=args.address, storage_path=args.storage_path, track=track)
-        except (cli.TuningError, data.DataError, report.ReportError, backend.ClusterError, results.ReadError) as exc:
+        except (cli.TuningError, report.ReportError, backend.ClusterError, results.ReadError) as exc:
             print(f"tuning.compare: error: {exc}", file=sys.stderr)
             return 2
         except results.WriteError as exc:  # a full disk: not bad input
