@@ -16,7 +16,7 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 # `make test` runs the modules on two pytest-xdist workers, a module at a time (--dist loadfile, so
 # that a module's Ray and its runs stay in one process), in this order: the longest first, so that
 # the last module to start is a short one and neither worker idles while the other finishes a
-# minutes-long end-to-end run. Seconds: one serial run alone on the 2-core development machine,
+# minutes-long end-to-end run. The order is by each module's seconds in one serial run alone on the 2-core development machine,
 # 2026-12-03 (`--durations=0`); modules not named follow in their own order.
 LONGEST_FIRST = ("test_reliability.py", "test_compare.py", "test_smoke.py", "test_api.py", "test_runreport.py",
                  "test_growth.py", "test_strategies.py", "test_progress.py", "test_hyperband.py", "test_replay.py",
