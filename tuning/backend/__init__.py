@@ -130,7 +130,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     from ray.tune import CheckpointConfig
 
     from tuning.backend import budget as time_budget
-    from tuning.backend import strategies, trainables
+    from tuning.backend import snapshots, strategies, trainables
 
     parts = _tune_parts()
     space = spec.space
@@ -150,7 +150,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     if spec.progress:
         say.info("Planned: %d epochs in all (%s, %s)", planned, spec.strategy, _plan_words(spec))
     row_log = parts.RowLog(spec.rows_file)
-    with tune_switches(spec.snapshot_every_step):
+    with tune_switches(spec.snapshot_every_step), snapshots.cheaper():
         analysis = parts.raising_write_errors(tune.run, row_log)(
             trainables.trainable(spec),
             name=name,
