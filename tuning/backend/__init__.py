@@ -94,8 +94,9 @@ class RunSpec:
     # record (as run() returns them) while the run goes: tuning.run's live report.
     progress_every_s: float = 30
     on_progress: Callable[[list[dict]], None] | None = None
-    # Snapshot the experiment after every step, so a crash loses at most the epoch in flight
-    # (tuning.run). Comparisons, rerun rather than resumed, keep Tune's adaptive period.
+    # Snapshot the experiment after every step that changed a trial (backend/snapshots.py), so a
+    # crash loses at most the epoch in flight (tuning.run). Comparisons, rerun rather than
+    # resumed, keep Tune's adaptive period.
     snapshot_every_step: bool = True
     # Tune's per-trial loggers (TensorBoard, progress.csv): off, because with many short trials
     # they cost more than the trials (tuning.bench); on for users who read TensorBoard.
@@ -203,8 +204,8 @@ def tune_switches(snapshot_every_step: bool):
         # (tuning.bench, overhead). The rows go to one results.jsonl instead, written as they arrive;
         # RunSpec.tune_logs (tuning.run --tune-logs) brings the loggers back, at that cost.
         "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS": "1",
-        # A snapshot after every step, so a crash loses at most one (tuning.run); comparisons, rerun
-        # rather than resumed, keep Tune's adaptive period.
+        # A snapshot after every step (that changed a trial: backend/snapshots.py), so a crash loses
+        # at most one (tuning.run); comparisons, rerun rather than resumed, keep Tune's adaptive period.
         "TUNE_GLOBAL_CHECKPOINT_S": "0" if snapshot_every_step else None,
     }
     before = {k: os.environ.get(k) for k in wanted}

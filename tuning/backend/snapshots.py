@@ -9,18 +9,23 @@ where no trial changed, and 5.6 s of the driver's CPU in ``json.dump`` alone.
 
 While a search runs, two of ``TuneController``'s methods are replaced:
 
-- ``checkpoint`` skips a step on which Tune marked no trial to be written again and nothing forces a
+- ``checkpoint`` skips a step on which Tune marked no trial to be written again, nothing forces a
   snapshot (the run's last one, after an interrupt too, or ``num_to_keep`` trial checkpoints since
-  the last). Tune's snapshot holds each trial's state as of its last mark, so such a snapshot would
-  write the same trials again; the searcher changes with a trial (a result, a new suggestion, a
-  stop), which marks it.
+  the last) and the last snapshot's copy to storage was launched. Tune's snapshot holds each
+  trial's state as of its last mark, so such a snapshot would write the same trials again. The
+  searcher changes with a trial that is marked (a result, a new suggestion, a stop of a running
+  trial); one change is not: Tune does not mark a paused or pending trial it stops
+  (``_schedule_trial_stop`` returns first), so the searcher's ``on_trial_complete`` for it reaches
+  the file with the next marked step or the run's last snapshot. Tune copies the file from its
+  staging folder to storage in the background and launches no copy while one runs; a snapshot
+  whose copy was not launched is retried on the next step, as Tune does.
 - ``save_to_dir`` writes the same text (state_chunks), escaping each trial's cached JSON strings
   once rather than on every snapshot and the rest with ``json.dumps`` (the C encoder), then the
   searcher's and callbacks' state as Tune does.
 
 Both are put back when the search ends. Ray is pinned to 2.60 (pyproject.toml); the replaced
 ``save_to_dir`` does what 2.60's does, in its order. tests/test_snapshots.py checks the text is
-``json.dumps``' and that Tune reads the file back; the SIGKILL-and-resume tests
+what 2.60's ``json.dump`` writes and that Tune reads the file back; the SIGKILL-and-resume tests
 (tests/test_reliability.py, slow) resume from it."""
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ import contextlib
 import json
 import os
 import threading
+import weakref
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ray.tune.execution.tune_controller import TuneController
@@ -37,20 +44,36 @@ from ray.tune.utils.serialization import TuneFunctionEncoder
 _lock = threading.Lock()
 _depth = 0
 _originals: dict[str, object] = {}
-_encoded: dict[int, dict[str, str]] = {}  # per controller: trial strings already escaped
+
+
+@dataclass
+class _Kept:
+    """What this module keeps per controller (not on it: Tune writes a controller's own attributes
+    into the snapshot)."""
+
+    encoded: dict[str, str] = field(default_factory=dict)  # trial strings already escaped
+    upload_owed: bool = False  # the last snapshot's copy to storage was not launched
+
+
+_kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _checkpoint(self, force: bool = False, wait: bool = False):
-    if not (force or self._checkpoint_manager._should_force_sync_up or self._trials_to_cache):
+    kept = _kept.setdefault(self, _Kept())
+    manager = self._checkpoint_manager
+    if not (force or manager._should_force_sync_up or self._trials_to_cache or kept.upload_owed):
         return
+    saved, launched = manager._last_save_time, manager._last_sync_time
     _originals["checkpoint"](self, force=force, wait=wait)
+    if manager._last_save_time != saved:  # not held back by Tune's period (comparisons keep it)
+        kept.upload_owed = manager._last_sync_time == launched
 
 
 def _save_to_dir(self):
     staging = self._storage.experiment_driver_staging_path
     os.makedirs(staging, exist_ok=True)
     chunks = state_chunks(list(self._get_trial_checkpoints().values()), self.__getstate__(),
-                          {"start_time": self._start_time}, _encoded.setdefault(id(self), {}))
+                          {"start_time": self._start_time}, _kept.setdefault(self, _Kept()).encoded)
     with open(Path(staging, self.experiment_state_file_name), "w") as f:
         f.writelines(chunks)
     self._search_alg.save_to_dir(staging, session_str=self._session_str)
@@ -101,4 +124,3 @@ def cheaper():
             if _depth == 0:
                 TuneController.checkpoint = _originals["checkpoint"]
                 TuneController.save_to_dir = _originals["save_to_dir"]
-                _encoded.clear()
