@@ -124,7 +124,14 @@ def test_bohb_model_fits_mixed_active_sets_and_never_proposes_an_inactive_parame
         loss = abs(np.log10(c["lr"]) + 2) + (c.get("a_momentum", 1.0) if c["optimizer"] == "sgd" else 0.5)
         bohb.observe(model, c, loss + 0.01 * rng.normal(), 1)
     fitted = model.kde_models[1]
-    assert np.isfinite(fitted["good"].data).all() and np.isfinite(fitted["bad"].data).all()
+    sgd = cs["optimizer"].to_vector("sgd")
+    j_opt, j_mom = list(cs.keys()).index("optimizer"), list(cs.keys()).index("a_momentum")
+    for kde in fitted.values():  # fitted on the points as they were: NaN exactly where inactive
+        assert (np.isnan(kde.data[:, j_mom]) == (kde.data[:, j_opt] != sgd)).all()
+        assert not np.isnan(kde.data[:, j_opt]).any()
+        dens = kde.pdf(kde.data)
+        assert np.isfinite(dens).all() and (dens > 0).all()
+    assert np.isnan(fitted["bad"].data).any()  # mixed active sets: adamw's points lack momentum
     proposals = [model.get_config(1) for _ in range(60)]
     assert sum(info["model_based_pick"] for _, info in proposals) > 30
     assert all(("a_momentum" in c) == (c["optimizer"] == "sgd") for c, _ in proposals)

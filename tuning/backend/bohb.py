@@ -100,14 +100,36 @@ def categorical_bandwidth(n: int, k: np.ndarray | int, d: int = 1) -> np.ndarray
     It stays below (k - 1) / k, so the observed value always weighs more than any other."""
     k = np.asarray(k, dtype=float)
     n0 = d + 1
-    return (k - 1) / (n0 + 1 + k) * ((max(n, n0) + 1) / (n0 + 1)) ** (-1 / (d + 4))
+    return (k - 1) / (n0 + 1 + k) * ((np.maximum(n, n0) + 1) / (n0 + 1)) ** (-1 / (d + 4))
+
+
+def active_bandwidths(data: np.ndarray, d: int) -> np.ndarray:
+    """statsmodels' normal-reference bandwidth (1.06 std n ** (-1 / (d + 4)), what HpBandSter fits)
+    of each continuous column over the points where it is active (not NaN), n that column's count.
+    A column with fewer than two distinct active values has no spread to measure: it gets the
+    bandwidth uniform values would, std = sqrt(1 / 12), rather than a spike on one point."""
+    bw = np.empty(data.shape[1])
+    for j, column in enumerate(data.T):
+        values = column[np.isfinite(column)]
+        spread = np.std(values) if len(values) > 1 and np.ptp(values) > 0 else np.sqrt(1 / 12)
+        bw[j] = 1.06 * spread * max(len(values), 1) ** (-1 / (4 + d))
+    return bw
 
 
 class MixedKDE:
     """A product-kernel density over ConfigSpace vectors: statsmodels' Gaussian kernel (as
     KDEMultivariate's, untruncated) on continuous columns, an Aitchison-Aitken kernel on categorical
     ones (1 - lambda on the observed value, lambda / (k - 1) on each other) with k the parameter's
-    number of values and lambda from categorical_bandwidth (d: the number of columns).
+    number of values and lambda from categorical_bandwidth (d: the number of columns, n: the points
+    where that column is active).
+
+    In a conditional space a vector has NaN where its parameter is inactive, in the data and in the
+    points evaluated. A point's kernel is a density over the parameters it has, so a parameter
+    inactive in the point evaluated drops out of the product (its kernel integrates to 1), and one
+    inactive in a data point but active in the point evaluated gets that point's prior (uniform:
+    1 on a continuous column's [0, 1], 1 / k on a categorical one): each data point speaks only
+    about the parameters it had, as in TPE's tree-structured densities (Bergstra et al., NeurIPS
+    2011), while the product kernel over the parameters two points share is BOHB's.
 
     statsmodels' own unordered kernel, as HpBandSter fits it, takes its bandwidth from the normal
     reference rule on the integer codes: about 1.1 for a five-value parameter whose good points
@@ -120,23 +142,42 @@ class MixedKDE:
     def __init__(self, data: np.ndarray, bw: np.ndarray, vartypes: np.ndarray):
         self.data, self.vartypes = np.asarray(data, dtype=float), vartypes
         self.bw = np.array(bw, dtype=float)
-        cat = vartypes > 0
-        self.bw[cat] = categorical_bandwidth(len(self.data), vartypes[cat], len(vartypes))
+        cat, active = vartypes > 0, np.isfinite(self.data)
+        self.bw[cat] = categorical_bandwidth(active[:, cat].sum(axis=0), vartypes[cat], len(vartypes))
 
     def pdf(self, x) -> np.ndarray | float:
         """The density at one vector (a float) or at each row of a 2-D array."""
         points = np.atleast_2d(np.asarray(x, dtype=float))
         cont = self.vartypes == 0
         kernel = np.ones((len(points), len(self.data)))
-        if cont.any():
-            z = (points[:, None, cont] - self.data[None, :, cont]) / self.bw[cont]
-            kernel *= np.exp(-0.5 * np.sum(z ** 2, axis=2)) / np.prod(np.sqrt(2 * np.pi) * self.bw[cont])
-        for j in np.flatnonzero(~cont):
-            same = np.rint(points[:, None, j]) == self.data[None, :, j]
-            lam = self.bw[j]
-            kernel *= np.where(same, 1 - lam, lam / max(self.vartypes[j] - 1, 1))
+        if np.isnan(self.data).any() or np.isnan(points).any():
+            kernel = self._conditional_kernel(points)
+        else:
+            if cont.any():
+                z = (points[:, None, cont] - self.data[None, :, cont]) / self.bw[cont]
+                kernel *= np.exp(-0.5 * np.sum(z ** 2, axis=2)) / np.prod(np.sqrt(2 * np.pi) * self.bw[cont])
+            for j in np.flatnonzero(~cont):
+                kernel *= self._categorical(points[:, None, j], self.data[None, :, j], j)
         dens = kernel.mean(axis=1)
         return dens if np.ndim(x) == 2 else float(dens[0])
+
+    def _categorical(self, points: np.ndarray, data: np.ndarray, j: int) -> np.ndarray:
+        lam = self.bw[j]
+        return np.where(np.rint(points) == data, 1 - lam, lam / max(self.vartypes[j] - 1, 1))
+
+    def _conditional_kernel(self, points: np.ndarray) -> np.ndarray:
+        """Each column's factor (points x data) with the absent ones as the class docstring says."""
+        kernel = np.ones((len(points), len(self.data)))
+        for j, k in enumerate(self.vartypes):
+            x, y = points[:, None, j], self.data[None, :, j]
+            if k == 0:
+                factor = np.exp(-0.5 * ((x - y) / self.bw[j]) ** 2) / (np.sqrt(2 * np.pi) * self.bw[j])
+                prior = 1.0
+            else:
+                factor, prior = self._categorical(x, y, j), 1 / k
+            factor = np.where(np.isnan(y), prior, factor)
+            kernel *= np.where(np.isnan(x), 1.0, factor)
+        return kernel
 
 
 class VectorisedBOHB(BOHB):
@@ -159,11 +200,16 @@ class VectorisedBOHB(BOHB):
     3. A candidate that is a configuration already evaluated at the model's budget is not proposed
        (_evaluated); if all are, the proposal is random, as where HpBandSter finds no usable one.
 
-    With conditions (ConfigSpace conditions, from tuning.conditions), the authors' design holds:
-    an inactive parameter is NaN in a point's vector, imputed for fitting from another point where
-    it is active (HpBandSter's impute_conditional_data, whose loop stopped early when the first
-    missing column was column 0: `while np.any(indices)` is False for [0]; fixed here), and a
-    proposal drops the parameters its own values make inactive."""
+    With conditions (ConfigSpace conditions, from tuning.conditions), an inactive parameter is NaN
+    in a point's vector, and it stays NaN: the densities are fitted on the points as they were
+    (MixedKDE's conditional kernel; continuous bandwidths from active values, active_bandwidths),
+    not on HpBandSter's imputation, which copied each missing value from another point of the set
+    where it was active, so that a branch's points carried other branches' values into g/l.
+    Candidates take a value only where their own values make the parameter active: around the good
+    point where it had one, from the prior where it had none (the density's own component there).
+    HpBandSter's impute_conditional_data still runs for its own fit, whose densities are then
+    replaced; its loop stopped early when the first missing column was column 0 (`while
+    np.any(indices)` is False for [0]; fixed here)."""
 
     def impute_conditional_data(self, array: np.ndarray) -> np.ndarray:
         out = np.array(array, dtype=float)
@@ -186,8 +232,34 @@ class VectorisedBOHB(BOHB):
         super().new_result(job, update_model)
         for budget, models in self.kde_models.items():
             if before.get(budget) is not models["good"]:  # HpBandSter has just (re)fitted this budget
-                self.kde_models[budget] = {name: MixedKDE(kde.data, kde.bw, self.vartypes)
-                                           for name, kde in models.items()}
+                sets = self._unimputed(budget) if self.configspace.conditions else {}
+                self.kde_models[budget] = {
+                    name: MixedKDE(sets[name], self._bandwidths(sets[name], kde.bw), self.vartypes) if sets
+                    else MixedKDE(kde.data, kde.bw, self.vartypes) for name, kde in models.items()}
+
+    def _unimputed(self, budget) -> dict[str, np.ndarray]:
+        """The good and bad points HpBandSter has just fitted at this budget, before imputation: its
+        own split (the best top_n_percent, at least min_points_in_model, against the rest)."""
+        configs, losses = np.array(self.configs[budget]), np.array(self.losses[budget])
+        n_good = max(self.min_points_in_model, (self.top_n_percent * len(configs)) // 100)
+        n_bad = max(self.min_points_in_model, ((100 - self.top_n_percent) * len(configs)) // 100)
+        order = np.argsort(losses)
+        return {"good": configs[order[:n_good]], "bad": configs[order[n_good:n_good + n_bad]]}
+
+    def _bandwidths(self, data: np.ndarray, fitted: np.ndarray) -> np.ndarray:
+        bw = np.array(fitted, dtype=float)
+        cont = self.vartypes == 0
+        bw[cont] = np.clip(active_bandwidths(data[:, cont], len(self.vartypes)), self.min_bandwidth, None)
+        return bw
+
+    def _deactivate(self, vectors: np.ndarray) -> np.ndarray:
+        """NaN where a candidate's own values make the parameter inactive. ConfigSpace orders its
+        parameters parents first, and a condition on an inactive (NaN) parent is not satisfied."""
+        for condition in sorted(self.configspace.conditions, key=lambda c: c.child_vector_id):
+            # one per child (several parents: a conjunction), parents' columns before children's
+            j = condition.child_vector_id
+            vectors[~condition.satisfied_by_vector_array(vectors.T), j] = np.nan
+        return vectors
 
     def get_config(self, budget):
         if not self.kde_models or np.random.rand() < self.random_fraction:
@@ -199,13 +271,20 @@ class VectorisedBOHB(BOHB):
         bw = np.maximum(good.bw, self.min_bandwidth)
         vectors = data.copy()
         if cont.any():
-            m, sd = data[:, cont], self.bw_factor * bw[cont]
+            m, sd = np.nan_to_num(data[:, cont], nan=0.5), self.bw_factor * bw[cont]
             vectors[:, cont] = sps.truncnorm.rvs(-m / sd, (1 - m) / sd, loc=m, scale=sd)
         for j in np.flatnonzero(~cont):
-            k, kept = self.vartypes[j], data[:, j].astype(int)
+            k, kept = self.vartypes[j], np.nan_to_num(data[:, j]).astype(int)
             # Drawn from the good kernel itself, whose other values share lambda equally.
             other = (kept + np.random.randint(1, k, size=n)) % k if k > 1 else kept
             vectors[:, j] = np.where(np.random.rand(n) < 1 - bw[j], kept, other)
+        absent = np.isnan(data)
+        if absent.any():  # the good point lacked the parameter: its component there is the prior
+            prior = np.random.rand(*vectors.shape)
+            prior[:, ~cont] = np.floor(prior[:, ~cont] * self.vartypes[~cont])
+            vectors[absent] = prior[absent]
+        if self.configspace.conditions:
+            vectors = self._deactivate(vectors)
         fresh = ~self._evaluated(vectors, self.configs[max(self.kde_models)])
         best = self._best(good.pdf(vectors[fresh]), bad.pdf(vectors[fresh])) if fresh.any() else None
         if best is None:
