@@ -137,6 +137,25 @@ def test_bohb_model_fits_mixed_active_sets_and_never_proposes_an_inactive_parame
     assert all(("a_momentum" in c) == (c["optimizer"] == "sgd") for c, _ in proposals)
 
 
+def test_bohb_density_over_a_conditional_space_sums_to_one_with_mixed_active_sets():
+    """Each point's kernel is a density over the configurations, whichever parameters it had: summed
+    over the choice's values and integrated over the parameters each value makes active, the model's
+    density is 1. A parameter a point lacks takes the prior there, and one the evaluated
+    configuration lacks drops out; imputing or scoring absent values would break the sum."""
+    from tuning.backend.bohb import MixedKDE
+
+    # Columns: lr (continuous), optimizer (0 adamw, 1 sgd), momentum (continuous, sgd only).
+    data = np.array([[0.2, 0, np.nan], [0.3, 1, 0.9], [0.5, 1, 0.6], [0.7, 0, np.nan], [0.4, 1, 0.8]])
+    kde = MixedKDE(data, [0.1, 0.0, 0.1], np.array([0, 2, 0]))
+    x = np.linspace(-1.0, 2.0, 601)  # the Gaussian kernels are untruncated: integrate past [0, 1]
+    lr, mom = (g.ravel() for g in np.meshgrid(x, x))
+    step = x[1] - x[0]
+    adamw = kde.pdf(np.column_stack([x, np.zeros_like(x), np.full_like(x, np.nan)])).sum() * step
+    sgd = kde.pdf(np.column_stack([lr, np.ones_like(lr), mom])).sum() * step ** 2
+    assert adamw + sgd == pytest.approx(1.0, abs=1e-3)
+    assert 0.3 < adamw < 0.5  # two of five points chose adamw; the kernel moves a share to sgd
+
+
 # ---------------------------------------------------------------- real runs
 
 

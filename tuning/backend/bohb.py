@@ -172,7 +172,7 @@ class MixedKDE:
             x, y = points[:, None, j], self.data[None, :, j]
             if k == 0:
                 factor = np.exp(-0.5 * ((x - y) / self.bw[j]) ** 2) / (np.sqrt(2 * np.pi) * self.bw[j])
-                prior = 1.0
+                prior = ((x >= 0) & (x <= 1)).astype(float)  # uniform on the vector's [0, 1]
             else:
                 factor, prior = self._categorical(x, y, j), 1 / k
             factor = np.where(np.isnan(y), prior, factor)
