@@ -1,7 +1,9 @@
 """The cheaper experiment snapshot (tuning/backend/snapshots.py), on a real local Ray and a plain
 tune.run: a snapshot on every step where a trial changed, none on the idle steps between, and a
-file Tune reads back."""
+file Tune reads back. And tune.run's usage tag for callbacks, without importing integrations."""
 
+import subprocess
+import sys
 import time
 
 import pytest
@@ -85,12 +87,41 @@ def test_a_search_snapshots_through_the_cheaper_path(ray_here, tmp_path):
 
 
 def test_nested_and_ended_blocks_leave_tune_as_it_was():
-    original = TuneController.checkpoint, TuneController.save_to_dir
+    import ray.air._internal.usage as air_usage
+
+    original = TuneController.checkpoint, TuneController.save_to_dir, air_usage.tag_callbacks
     with snapshots.cheaper():
         with snapshots.cheaper():
             assert TuneController.checkpoint is not original[0]
+            assert air_usage.tag_callbacks is snapshots.tag_callbacks  # what tune.run calls
         assert TuneController.checkpoint is not original[0]  # the outer search still runs
-    assert (TuneController.checkpoint, TuneController.save_to_dir) == original
+    assert (TuneController.checkpoint, TuneController.save_to_dir, air_usage.tag_callbacks) == original
+
+
+USAGE = """
+import sys
+from ray.tune.logger import CSVLoggerCallback, LoggerCallback
+from ray.tune import Callback
+from tuning.backend import snapshots
+from tuning.backend.tune_parts import Recorder
+
+class MLflowLoggerCallback(LoggerCallback):  # named as Ray's integration: counted by its name
+    pass
+
+callbacks = [Recorder(), CSVLoggerCallback(), CSVLoggerCallback(), MLflowLoggerCallback(), type("Mine", (LoggerCallback,), {})(), "not one"]
+ours = snapshots.callback_counts(callbacks)
+assert "mlflow" not in sys.modules, "counting imported mlflow"
+from ray.air._internal.usage import _count_callbacks
+assert list(ours.items()) == list(_count_callbacks(callbacks).items()), (ours, _count_callbacks(callbacks))
+print(ours)
+"""
+
+
+def test_the_usage_tag_counts_callbacks_as_ray_does_without_importing_integrations():
+    # A fresh process: this one may have imported mlflow already.
+    out = subprocess.run([sys.executable, "-c", USAGE], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "'CustomCallback': 1, 'CSVLoggerCallback': 2, 'MLflowLoggerCallback': 1, 'CustomLoggerCallback': 1" in out.stdout
 
 
 def test_the_snapshot_text_is_what_tunes_json_dump_writes_with_strings_escaped_once():

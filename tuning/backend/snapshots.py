@@ -1,4 +1,5 @@
-"""Tune's experiment snapshot, made cheaper without making it rarer.
+"""Tune's experiment snapshot, made cheaper without making it rarer; and Tune's usage tag for
+callbacks, without the imports that delayed the first trial.
 
 tuning.run asks for a snapshot after every step (``TUNE_GLOBAL_CHECKPOINT_S=0``) so that a crash
 loses at most one step (docs/crash-safety.md). Tune 2.60 then rewrites the whole experiment state
@@ -23,7 +24,12 @@ While a search runs, two of ``TuneController``'s methods are replaced:
   once rather than on every snapshot and the rest with ``json.dumps`` (the C encoder), then the
   searcher's and callbacks' state as Tune does.
 
-Both are put back when the search ends. Ray is pinned to 2.60 (pyproject.toml); the replaced
+And ``tune.run``'s ``tag_callbacks`` (Ray's usage statistics: how many of each built-in callback a
+run was given) is replaced by ``tag_callbacks``: the same tag from the same class names, without
+importing the four integrations whose names it compares (wandb, mlflow, comet, aim; mlflow alone
+took 0.9 s of the driver between ``tune.run`` and the first trial, docs/performance.md).
+
+All are put back when the search ends. Ray is pinned to 2.60 (pyproject.toml); the replaced
 ``save_to_dir`` does what 2.60's does, in its order. tests/test_snapshots.py checks the text is
 what 2.60's ``json.dump`` writes and that Tune reads the file back; the SIGKILL-and-resume tests
 (tests/test_reliability.py, slow) resume from it."""
@@ -38,7 +44,12 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import ray.air._internal.usage as air_usage
+from ray._common.usage.usage_lib import TagKey, record_extra_usage_tag
+from ray.tune import Callback
 from ray.tune.execution.tune_controller import TuneController
+from ray.tune.logger import LoggerCallback
+from ray.tune.utils.callback import DEFAULT_CALLBACK_CLASSES
 from ray.tune.utils.serialization import TuneFunctionEncoder
 
 _lock = threading.Lock()
@@ -105,16 +116,42 @@ def state_chunks(trial_data: list, runner_data: dict, stats: dict, cache: dict) 
     return chunks
 
 
+# The integrations' callbacks ray.air._internal.usage._count_callbacks counts by name (Ray 2.60).
+INTEGRATION_CALLBACKS = ("WandbLoggerCallback", "MLflowLoggerCallback", "CometLoggerCallback", "AimLoggerCallback")
+
+
+def callback_counts(callbacks) -> dict[str, int]:
+    """What Ray's _count_callbacks returns, in its order, from the names alone."""
+    built_in = INTEGRATION_CALLBACKS + tuple(c.__name__ for c in DEFAULT_CALLBACK_CLASSES)
+    counts: dict[str, int] = {}
+    for callback in callbacks or []:
+        if not isinstance(callback, Callback):
+            continue
+        name = type(callback).__name__
+        key = name if name in built_in else "CustomLoggerCallback" if isinstance(callback, LoggerCallback) \
+            else "CustomCallback"
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def tag_callbacks(callbacks) -> None:
+    counts = callback_counts(callbacks)
+    if counts:
+        record_extra_usage_tag(TagKey.AIR_CALLBACKS, json.dumps(counts))
+
+
 @contextlib.contextmanager
 def cheaper():
-    """Within the block, every TuneController snapshots as described above (nested blocks and
-    concurrent searches in one process share one replacement)."""
+    """Within the block, every TuneController snapshots and tune.run tags callbacks as described
+    above (nested blocks and concurrent searches in one process share one replacement)."""
     global _depth
     with _lock:
         if _depth == 0:
-            _originals.update(checkpoint=TuneController.checkpoint, save_to_dir=TuneController.save_to_dir)
+            _originals.update(checkpoint=TuneController.checkpoint, save_to_dir=TuneController.save_to_dir,
+                              tag_callbacks=air_usage.tag_callbacks)
             TuneController.checkpoint = _checkpoint
             TuneController.save_to_dir = _save_to_dir
+            air_usage.tag_callbacks = tag_callbacks
         _depth += 1
     try:
         yield
@@ -124,3 +161,4 @@ def cheaper():
             if _depth == 0:
                 TuneController.checkpoint = _originals["checkpoint"]
                 TuneController.save_to_dir = _originals["save_to_dir"]
+                air_usage.tag_callbacks = _originals["tag_callbacks"]
