@@ -44,13 +44,14 @@ def synthetic_source(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def ray_2cpus():
-    """A real local Ray, as Ray's own tests start it, shared by a module's tests (a start costs
-    seconds); shut down afterwards."""
-    import ray
+    """A real local Ray, started as tuning starts one (tuning.backend.start_ray: ray.init(address="local",
+    num_cpus=2, ...), its workers with Tune's trial environment), shared by a module's tests (a
+    start costs seconds); shut down afterwards."""
+    from tuning import backend
 
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    backend.start_ray(num_cpus=2)
     yield
-    ray.shutdown()
+    backend.stop_ray()
 
 
 def run_cli(*args, cwd=None, timeout=600) -> subprocess.CompletedProcess:
@@ -64,14 +65,14 @@ def ray_here():
     """A local Ray whose workers import the test trainers (tests/ on their PYTHONPATH: Ray's
     workers get the driver's cwd and script dir, not other sys.path entries): searches in a module
     use it and leave it running."""
-    import ray
+    from tuning import backend
 
     tests = str(Path(__file__).resolve().parent)
     before = os.environ.get("PYTHONPATH")
     os.environ["PYTHONPATH"] = os.pathsep.join([tests, before or ""])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    backend.start_ray(num_cpus=2)  # as tuning starts it (ray_2cpus)
     yield
-    ray.shutdown()
+    backend.stop_ray()
     if before is None:
         os.environ.pop("PYTHONPATH", None)
     else:

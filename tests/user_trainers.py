@@ -81,3 +81,13 @@ def torch_free(*, lr, epochs, state=None, on_epoch):
     for e in _epochs(state, epochs):
         on_epoch({"score": 1 - abs(lr - 0.3) + 0.05 * (e + 1), "torch_loaded": float("torch" in sys.modules)},
                  {"epoch": e + 1, "lr": lr})
+
+
+def whereami(*, lr, epochs, state=None, on_epoch):
+    """Reports the process it trains in and whether that process has PL_DISABLE_FORK=1 (what
+    Tune gives every trial actor's environment)."""
+    import os
+
+    for e in _epochs(state, epochs):
+        on_epoch({"score": lr, "pid": os.getpid(), "pl_disable_fork": int(os.environ.get("PL_DISABLE_FORK") == "1")},
+                 {"epoch": e + 1})

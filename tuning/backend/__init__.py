@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Callable
 
 from tuning import progress as progress_math
 from tuning import results, spaces
-from tuning.backend.cluster import (ClusterError, cluster_info, quiet_ray_logging, start_ray, stop_ray,  # noqa: F401
-                                    worker_import_error)
+from tuning.backend.cluster import (ClusterError, cluster_info, prestarted_workers, quiet_ray_logging,  # noqa: F401
+                                    start_ray, stop_ray, worker_import_error)
 
 if TYPE_CHECKING:  # tuning.data imports torch: a trial of a synthetic benchmark (a Ray actor
     # importing this package) starts seconds sooner without it
@@ -151,7 +151,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     if spec.progress:
         say.info("Planned: %d epochs in all (%s, %s)", planned, spec.strategy, _plan_words(spec))
     row_log = parts.RowLog(spec.rows_file)
-    with tune_switches(spec.snapshot_every_step), snapshots.cheaper():
+    with tune_switches(spec.snapshot_every_step), snapshots.cheaper(), prestarted_workers():
         analysis = parts.raising_write_errors(tune.run, row_log)(
             trainables.trainable(spec),
             name=name,

@@ -5,6 +5,7 @@ Part of tuning.backend (every Ray call of the project lives in this package).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -62,6 +63,15 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
                            "start one with `ray start --head` on that machine, or fix the address") from None
 
 
+# Tune gives every trial actor runtime_env={"env_vars": {"PL_DISABLE_FORK": "1"}} (its class_cache,
+# for PyTorch Lightning: Ray #28197). Ray runs an actor with a runtime env only in a worker started
+# with it, so it left the workers it prestarted idle and started a fresh one per trial actor: 1.0 s
+# here before a trial's imports even began (docs/performance.md). A local Ray started here gets
+# the variable in every worker's environment instead, and prestarted_workers() leaves Tune's copy out.
+TUNE_WORKER_ENV = {"PL_DISABLE_FORK": "1"}
+_local_node: dict[str, str | None] = {"id": None}  # the local Ray start_ray started with TUNE_WORKER_ENV
+
+
 def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: int | None = None) -> None:
     """Start a local Ray, or join the running cluster at `address` ("auto" or HOST:PORT); what it
     offers is cluster_info()'s to tell. `num_cpus`: the local Ray's CPUs (default: the machine's);
@@ -83,7 +93,9 @@ def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: i
         if address is None:
             # "local": a new Ray of its own, even when `ray start` left a cluster on this machine
             # (ray.init() alone joins that one; --address auto is the way to ask for it).
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs)
+            with _environ(TUNE_WORKER_ENV):  # the raylet, and so every worker, inherits it
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs)
+            _local_node["id"] = ray.get_runtime_context().get_node_id()
         else:
             if address != "auto":
                 _check_reachable(address)
@@ -166,6 +178,42 @@ def stop_ray() -> None:
     import ray
 
     ray.shutdown()
+    _local_node["id"] = None
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]):
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@contextlib.contextmanager
+def prestarted_workers():
+    """While a search runs on the local Ray start_ray started, Tune's default trial-actor environment
+    (TUNE_WORKER_ENV, which its workers already have) is left out of the actors' runtime env, so
+    Ray runs trial actors in the workers it prestarted. Variables Tune propagates from the driver
+    (AWS credentials, Ray Train's) still go in, and then Ray starts workers for them as before."""
+    import ray
+    from ray.tune.execution import class_cache
+
+    default = class_cache.DEFAULT_ENV_VARS
+    ours = (_local_node["id"] is not None and ray.is_initialized()
+            and ray.get_runtime_context().get_node_id() == _local_node["id"] and default == TUNE_WORKER_ENV)
+    if ours:
+        class_cache.DEFAULT_ENV_VARS = {}
+    try:
+        yield
+    finally:
+        if ours:
+            class_cache.DEFAULT_ENV_VARS = default
 
 
 def worker_import_error(module: str) -> str | None:

@@ -1,0 +1,48 @@
+"""Trial actors run in the worker processes Ray prestarted on a local Ray that tuning started
+(tuning/backend/cluster.py, prestarted_workers), not in fresh ones, and still get Tune's
+PL_DISABLE_FORK=1. A process of its own: the Ray must be one start_ray started."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent
+
+SCRIPT = """
+import json, sys, tempfile, time
+from pathlib import Path
+import psutil
+from tuning import Space, Uniform, backend
+
+backend.start_ray(num_cpus=2)
+
+def workers():
+    # An idle worker names itself ray::IDLE once it is up (Ray's process title).
+    return {p.pid for p in psutil.Process().children(recursive=True) if " ".join(p.cmdline()).startswith("ray::IDLE")}
+
+deadline = time.monotonic() + 60
+while len(workers()) < 2 and time.monotonic() < deadline:
+    time.sleep(0.2)
+prestarted = workers()
+space = Space(params={"lr": Uniform(0.0, 1.0)}, trainer="user_trainers:whereami", metric="score", mode="max",
+              num_samples=2, max_epochs=1, gpus_per_trial=0)
+rec = backend.recorder()
+with tempfile.TemporaryDirectory() as d:
+    backend.run(backend.RunSpec(space=space, strategy="random", num_samples=2, max_epochs=1, seed=0,
+                                cpus_per_trial=1, gpus_per_trial=0, source=None, results_dir=Path(d),
+                                progress=False, callbacks=[rec]))
+print(json.dumps({"prestarted": sorted(prestarted),
+                  "trials": [{"pid": r["pid"], "pl_disable_fork": r["pl_disable_fork"]} for r in rec.rows]}))
+"""
+
+
+def test_trial_actors_run_in_the_workers_ray_prestarted_with_tunes_environment():
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert len(seen["prestarted"]) >= 2 and len(seen["trials"]) == 2
+    assert all(t["pid"] in seen["prestarted"] for t in seen["trials"]), seen
+    assert all(t["pl_disable_fork"] == 1 for t in seen["trials"]), seen
