@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Callable
 
 from tuning import progress as progress_math
 from tuning import results, spaces
-from tuning.backend.cluster import (ClusterError, cluster_info, prestarted_workers, quiet_ray_logging,  # noqa: F401
-                                    start_ray, stop_ray, worker_import_error)
+from tuning.backend.cluster import (ClusterError, cluster_info, environ, prestarted_workers,  # noqa: F401
+                                    quiet_ray_logging, start_ray, stop_ray, worker_import_error)
 
 if TYPE_CHECKING:  # tuning.data imports torch: a trial of a synthetic benchmark (a Ray actor
     # importing this package) starts seconds sooner without it
@@ -208,18 +208,8 @@ def tune_switches(snapshot_every_step: bool):
         # at most one (tuning.run); comparisons, rerun rather than resumed, keep Tune's adaptive period.
         "TUNE_GLOBAL_CHECKPOINT_S": "0" if snapshot_every_step else None,
     }
-    before = {k: os.environ.get(k) for k in wanted}
-    for k, v in wanted.items():
-        if before[k] is None and v is not None:
-            os.environ[k] = v
-    try:
+    with environ(wanted, keep_set=True):
         yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def planned_epochs(spec: RunSpec) -> int:

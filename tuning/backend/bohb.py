@@ -149,10 +149,10 @@ class MixedKDE:
         """The density at one vector (a float) or at each row of a 2-D array."""
         points = np.atleast_2d(np.asarray(x, dtype=float))
         cont = self.vartypes == 0
-        kernel = np.ones((len(points), len(self.data)))
         if np.isnan(self.data).any() or np.isnan(points).any():
             kernel = self._conditional_kernel(points)
         else:
+            kernel = np.ones((len(points), len(self.data)))
             if cont.any():
                 z = (points[:, None, cont] - self.data[None, :, cont]) / self.bw[cont]
                 kernel *= np.exp(-0.5 * np.sum(z ** 2, axis=2)) / np.prod(np.sqrt(2 * np.pi) * self.bw[cont])

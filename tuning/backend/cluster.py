@@ -93,7 +93,7 @@ def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: i
         if address is None:
             # "local": a new Ray of its own, even when `ray start` left a cluster on this machine
             # (ray.init() alone joins that one; --address auto is the way to ask for it).
-            with _environ(TUNE_WORKER_ENV):  # the raylet, and so every worker, inherits it
+            with environ(TUNE_WORKER_ENV):  # the raylet, and so every worker, inherits it
                 ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs)
             _local_node["id"] = ray.get_runtime_context().get_node_id()
         else:
@@ -182,9 +182,13 @@ def stop_ray() -> None:
 
 
 @contextlib.contextmanager
-def _environ(values: dict[str, str]):
+def environ(values: dict[str, str | None], keep_set: bool = False):
+    """The process's environment with `values` set for the block (None: left alone), put back as it
+    was afterwards. keep_set: a variable already set keeps its value (a value the user set is theirs)."""
     before = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
+    for k, v in values.items():
+        if v is not None and not (keep_set and before[k] is not None):
+            os.environ[k] = v
     try:
         yield
     finally:
