@@ -23,6 +23,7 @@ import importlib
 import importlib.util
 import inspect
 import sys
+from dataclasses import dataclass
 from typing import Callable
 
 from tuning.cli import TuningError
@@ -33,6 +34,15 @@ BUILT_IN = "cifar"
 # The built-in trainer's precision settings (tuning.trainer.autocast_dtype), here so that the driver
 # can check a flag or a space without importing torch (3 s of every `python -m tuning.run`).
 PRECISIONS = ("auto", "bf16", "fp32")
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """The built-in trainer's data (tuning.data reads it). Here, not there, because every CIFAR
+    trial's Ray process receives one and must not import torch to unpickle it (tuning.forkserver)."""
+
+    kind: str  # "cifar10" or "synthetic"
+    root: str  # the folder holding cifar-10-batches-py/
 
 
 class ContractError(TuningError):

@@ -30,6 +30,7 @@ from filelock import FileLock
 
 from tuning import atomic, synthetic
 from tuning.cli import TuningError
+from tuning.contract import DataSource  # noqa: F401 (tuning.data.DataSource, as before)
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +58,6 @@ def _cifar10():
 
 class DataError(TuningError):
     """The requested data cannot be had; the message says how to get it."""
-
-
-@dataclass(frozen=True)
-class DataSource:
-    kind: str  # "cifar10" or "synthetic"
-    root: str  # the folder holding cifar-10-batches-py/
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ one that has not holds none (a tensor cannot exist without its module) and saves
 
 from __future__ import annotations
 
+import logging
 import os
 import pickle
 import resource
@@ -19,8 +20,11 @@ import psutil
 
 from tuning import atomic
 
+log = logging.getLogger(__name__)
+
 CHECKPOINT_FILE = "state.pt"  # torch.save, from a process that had imported torch
 PICKLE_FILE = "state.pkl"  # pickle, from one that had not
+EPOCH_FILE = "epoch.txt"  # beside the state: the epochs the trial had reported when it was written
 LEAK_MIN_MB = 64  # growth below this is allocator noise, not a leak
 LEAK_ADVICE = ("a tensor kept alive across steps is the usual cause: log losses with .item(), not the "
                "tensor; evaluate under torch.no_grad(); del large temporaries")
@@ -52,6 +56,35 @@ def read_checkpoint(directory: str | os.PathLike) -> dict:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError:  # what the safe loader raises for a class it does not know
         return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def load_newest(directories: list, recall=None) -> tuple[dict | None, int]:
+    """(state, the epochs it holds) from the first of `directories` (newest first) that loads, or,
+    when one is truncated or corrupt (a crash mid-write on a non-atomic filesystem, a full disk),
+    the one after it, or (None, 0) to start over. Each fallback is logged. `recall(directory)` may
+    give the state without reading it (a copy this process kept)."""
+    for i, directory in enumerate(map(Path, directories)):
+        try:
+            state = (recall(directory) if recall else None) or read_checkpoint(directory)
+            epochs = _epochs_held(directory, state)
+        except Exception as exc:  # any unreadable file means "try the one before"
+            log.warning("checkpoint %s is unreadable (%s: %s)", directory, type(exc).__name__, exc)
+            continue
+        if i:
+            log.warning("restored from the previous checkpoint %s instead", directory)
+        return state, epochs
+    if directories:
+        log.warning("no readable checkpoint: the trial starts over from epoch 0")
+    return None, 0
+
+
+def _epochs_held(directory: Path, state) -> int:
+    """As written beside the state, or, in a checkpoint written before that file existed, the
+    CIFAR trainer's own count."""
+    try:
+        return int((directory / EPOCH_FILE).read_text())
+    except (OSError, ValueError):
+        return int(state.get("epoch", 0)) if isinstance(state, dict) else 0
 
 
 def memory(device=None) -> dict[str, float]:

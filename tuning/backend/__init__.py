@@ -25,7 +25,7 @@ from tuning.backend.cluster import (ClusterError, cluster_info, environ, prestar
 
 if TYPE_CHECKING:  # tuning.data imports torch: a trial of a synthetic benchmark (a Ray actor
     # importing this package) starts seconds sooner without it
-    from tuning.data import DataSource
+    from tuning.contract import DataSource
 
 log = logging.getLogger(__name__)
 say = logging.getLogger("tuning.progress")  # lines for the user: tuning.run prints them to stdout

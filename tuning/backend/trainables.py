@@ -10,10 +10,13 @@ out-of-memory error into a message naming the configuration.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import functools
 import logging
 import math
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -24,12 +27,12 @@ from typing import TYPE_CHECKING
 import ray
 from ray import tune
 
-from tuning import contract, results, spaces, trialstate
+from tuning import contract, forkserver, results, spaces, trialstate
 from tuning.backend.tune_parts import SyntheticBenchmark
 from tuning.benchmarks import BENCHMARKS
 
 if TYPE_CHECKING:
-    from tuning.data import DataSource
+    from tuning.contract import DataSource
 
 log = logging.getLogger(__name__)
 
@@ -68,40 +71,25 @@ def recalled(directory: Path) -> dict | None:
 
 def restore(checkpoint) -> tuple[dict | None, int]:
     """(state, the epochs it holds): the newest checkpoint that loads, Tune's latest, or, when
-    that one is truncated or corrupt (a crash mid-write on a non-atomic filesystem, a full disk),
-    the one before it (Tune keeps two), or (None, 0) to start over. Each fallback is logged."""
+    that one is unreadable, the one before it (Tune keeps two), or (None, 0) to start over."""
+    with checkpoint_dirs(checkpoint) as directories:
+        return trialstate.load_newest(directories, recall=recalled)
+
+
+@contextlib.contextmanager
+def checkpoint_dirs(checkpoint):
+    """Local directories of Tune's checkpoints for this trial, newest first: on local storage the
+    latest and the older ones beside it, on remote storage the latest, downloaded (for the
+    context's duration)."""
     if checkpoint is None:
-        return None, 0
+        yield []
+        return
     latest = Path(checkpoint.path)
-    candidates = [latest]
-    if latest.is_dir():  # local storage: the older checkpoints sit next to it
-        candidates += sorted((p for p in latest.parent.glob("checkpoint_*") if p.name < latest.name), reverse=True)
-    for path in candidates:
-        try:
-            if path.is_dir():
-                state = recalled(path) or trialstate.read_checkpoint(path)
-                epoch = _epochs_held(path, state)
-            else:  # remote storage: Tune downloads the latest
-                with checkpoint.as_directory() as d:
-                    state = trialstate.read_checkpoint(d)
-                    epoch = _epochs_held(Path(d), state)
-        except Exception as exc:  # any unreadable file means "try the one before"
-            log.warning("checkpoint %s is unreadable (%s: %s)", path, type(exc).__name__, exc)
-            continue
-        if path != latest:
-            log.warning("restored from the previous checkpoint %s instead", path)
-        return state, epoch
-    log.warning("no readable checkpoint: the trial starts over from epoch 0")
-    return None, 0
-
-
-def _epochs_held(directory: Path, state) -> int:
-    """The epochs a checkpoint holds: as written beside it, or, in one written before that file
-    existed, the CIFAR trainer's own count."""
-    try:
-        return int((directory / EPOCH_FILE).read_text())
-    except (OSError, ValueError):
-        return int(state.get("epoch", 0)) if isinstance(state, dict) else 0
+    if latest.is_dir():
+        yield [latest, *sorted((p for p in latest.parent.glob("checkpoint_*") if p.name < latest.name), reverse=True)]
+        return
+    with checkpoint.as_directory() as d:
+        yield [Path(d)]
 
 
 def trainable(spec):
@@ -124,9 +112,6 @@ def trainable(spec):
         max_train=spec.max_train, max_val=spec.max_val)
 
 
-EPOCH_FILE = "epoch.txt"  # in a checkpoint: the epochs the trial had reported when it was written
-
-
 def train_function(config: dict, *, trainer, source, max_epochs: int,
                    fixed: dict, seed: int, threads: int, metric: str, diverged_value: float,
                    workers: int = 1, max_train: int | None = None, max_val: int | None = None) -> None:
@@ -137,10 +122,15 @@ def train_function(config: dict, *, trainer, source, max_epochs: int,
     that many gloo ranks sharing its CPUs. Either way rank 0's epochs come back here. A trial
     given a fraction of a GPU sees that one GPU in ray.get_gpu_ids() and trains on it alone."""
     params = {k: spaces.plain(v) for k, v in config.items()}
-    state, restored = restore(tune.get_checkpoint())
-    report = _epoch_reporter(params, metric, diverged_value, restored_epoch=restored)
-    kwargs = dict(**params, **fixed, epochs=max_epochs, state=state)
+    kwargs = dict(**params, **fixed, epochs=max_epochs)
     try:
+        if trainer == "cifar" and workers == 1 and forkserver.enabled() and not _gpus():
+            _train_cifar_forked(params, {**kwargs, "seed": seed}, source=source, max_train=max_train,
+                                max_val=max_val, threads=threads, metric=metric, diverged_value=diverged_value)
+            return
+        state, restored = restore(tune.get_checkpoint())
+        report = _epoch_reporter(params, metric, diverged_value, restored_epoch=restored)
+        kwargs["state"] = state
         if trainer == "cifar":
             _train_cifar({**kwargs, "seed": seed}, source=source, max_train=max_train, max_val=max_val,
                          threads=threads, workers=workers, on_epoch=report)
@@ -168,7 +158,7 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
     node_id = ray.get_runtime_context().get_node_id()
     reported = [restored_epoch]
 
-    def report(metrics: dict, state: dict) -> None:
+    def report(metrics: dict, state: dict | None = None, written: str | None = None) -> None:
         metrics, wrong = contract.plain_metrics(metrics, metric)
         if wrong is not None:
             # Stand-in values keep Tune's metric check and the schedulers quiet for the one step
@@ -191,16 +181,47 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
             tune.report({**metrics, metric: diverged_value, "diverged": True})
             raise _Diverged
         reported[0] += 1
+        if written is not None:  # a forked trial's process wrote it (tuning.forkserver)
+            _report_checkpoint(metrics, written, reported[0])
+            return
         with tempfile.TemporaryDirectory() as d:
             try:
                 trialstate.write_checkpoint(state, d)
             except Exception as exc:  # pickling errors come in many types
                 raise TypeError(contract.unsaveable(exc)) from exc
-            (Path(d) / EPOCH_FILE).write_text(str(reported[0]))
             remember(state, d)
-            tune.report({**metrics, "diverged": False}, checkpoint=tune.Checkpoint.from_directory(d))
+            _report_checkpoint(metrics, d, reported[0])
 
     return report
+
+
+def _report_checkpoint(metrics: dict, directory: str, epochs: int) -> None:
+    (Path(directory) / trialstate.EPOCH_FILE).write_text(str(epochs))
+    tune.report({**metrics, "diverged": False}, checkpoint=tune.Checkpoint.from_directory(directory))
+
+
+def _train_cifar_forked(params: dict, kwargs: dict, *, source: DataSource, max_train: int | None,
+                        max_val: int | None, threads: int, metric: str, diverged_value: float) -> None:
+    """train_cifar in a process forked from the node's fork server (tuning.forkserver): this
+    process never imports torch. The child restores from Tune's checkpoints, and writes each
+    epoch's checkpoint for this process to report."""
+    reporter = []
+
+    def on_message(kind: str, payload) -> None:
+        if kind == "restored":
+            reporter.append(_epoch_reporter(params, metric, diverged_value, restored_epoch=payload))
+            return
+        metrics, directory = payload
+        try:
+            reporter[0](metrics, written=directory)
+        finally:  # reported (Tune has copied it) or not: either way nobody needs it any more
+            shutil.rmtree(directory, ignore_errors=True)
+
+    with checkpoint_dirs(tune.get_checkpoint()) as directories:
+        job = functools.partial(forkserver.cifar_trial, kwargs=kwargs, checkpoints=[str(d) for d in directories],
+                                source=source, max_train=max_train, max_val=max_val, threads=threads)
+        # The raylet is this worker's parent: when it ends (ray.shutdown, a dead node), so does the server.
+        forkserver.run(job, on_message, node_key=ray.get_runtime_context().get_node_id(), watch_pid=os.getppid())
 
 
 def _train_user(fn, kwargs: dict, *, seed: int, threads: int, workers: int, on_epoch) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50",
          "throughput_ratio_bs128": ">= 0.95", "throughput_ratio_bs512": ">= 0.95",
          "rss_growth_epoch2_to_last_mb": "no growth", "bohb_recomputed_epochs": "0",
-         "harness_minus_raw_tune_overhead": "<= 0.05", "added_per_trial_mb_shared": "<= 400"}
+         "harness_minus_raw_tune_overhead": "<= 0.05", "added_per_trial_mb_forked": "<= 400"}
 
 
 def synthetic(n_train: int):

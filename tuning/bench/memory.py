@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -51,10 +52,28 @@ def _process_memory(pids) -> dict[str, float]:
     return out
 
 
+def _fork_servers(me, ours: set[int]) -> list:
+    """The fork servers (tuning.forkserver) of the local Ray this process started: detached, so
+    not among its children, but each watches a raylet that is."""
+    import psutil
+
+    found = []
+    for p in psutil.process_iter(["cmdline"]):
+        watched = re.search(r"from tuning\.forkserver import serve\nserve\('.*', (\d+)\)", "\n".join(p.info["cmdline"] or []))
+        try:
+            if watched and int(watched[1]) in ours and p.parent().cmdline() != p.info["cmdline"]:  # not a forked trial
+                found.append(p)
+        except (psutil.Error, AttributeError):  # gone meanwhile, or no parent
+            continue
+    return found
+
+
 class MemorySampler(threading.Thread):
     """Every `every_s`, the memory of each busy Ray worker process of this process's Ray (title
-    "ray::...", not idle) with its own children (a trial's DDP ranks): samples[i][pid] =
-    _process_memory's figures. No Ray calls: processes by parentage and title, through psutil."""
+    "ray::...", not idle) with its own children (a trial's DDP ranks), and of each fork server with
+    its children (the trials it forked): samples[i][pid] = _process_memory's figures, under the
+    key ("fork server", pid) for a server. No Ray calls: processes by parentage and title, through
+    psutil."""
 
     def __init__(self, every_s: float):
         super().__init__(daemon=True)
@@ -66,19 +85,32 @@ class MemorySampler(threading.Thread):
         me = psutil.Process()
         while not self._done.wait(self.every_s):
             sample = {}
-            for p in me.children(recursive=True):  # the local Ray this process started, and nobody else's
+            ours = me.children(recursive=True)  # the local Ray this process started, and nobody else's
+            for p in ours:
                 try:
                     title = (p.cmdline() or [""])[0]
                     if title.startswith("ray::") and not title.startswith("ray::IDLE"):
                         sample[p.pid] = _process_memory([p.pid, *(c.pid for c in p.children(recursive=True))])
                 except (psutil.Error, OSError):  # gone meanwhile
                     continue
+            for server in _fork_servers(me, {p.pid for p in ours}):
+                try:
+                    sample[("fork server", server.pid)] = _process_memory(
+                        [server.pid, *(c.pid for c in server.children(recursive=True))])
+                except (psutil.Error, OSError):
+                    continue
             self.samples.append(sample)
 
     def peak(self, pids: set[int]) -> dict[str, float]:
-        """The sample where these processes together held the most (PSS), summed over them."""
-        sums = [{k: sum(s[p][k] for p in pids if p in s) for k in _FIGURES} for s in self.samples]
-        return max(sums, key=lambda m: m["pss"], default=dict.fromkeys(_FIGURES, 0.0))
+        """The sample where these processes and the fork servers together held the most (PSS),
+        summed over them; "server" is the fork servers' share, with the trials they forked."""
+        def total(s: dict) -> dict[str, float]:
+            keys = [k for k in s if k in pids or isinstance(k, tuple)]
+            out = {f: sum(s[k][f] for k in keys) for f in _FIGURES}
+            out["server"] = sum(s[k]["pss"] for k in s if isinstance(k, tuple))
+            return out
+
+        return max(map(total, self.samples), key=lambda m: m["pss"], default=dict.fromkeys((*_FIGURES, "server"), 0.0))
 
     def stop(self) -> None:
         self._done.set()
@@ -88,8 +120,9 @@ class MemorySampler(threading.Thread):
 def bench_node_memory(quick: bool) -> list[dict]:
     """1, 2 and 4 CIFAR trials of one epoch at once, all on the full data, each mode with a Ray of
     its own (the trial processes read TUNING_SHARED_DATA from the environment Ray started with):
-    every process decoding its own copy (before), then one copy per node (after)."""
-    from tuning import backend
+    every process decoding its own copy (unshared), one copy per node (shared), then also torch
+    held once per node, with each trial's training forked from the node's fork server (forked)."""
+    from tuning import backend, forkserver
 
     cpus = os.cpu_count() or 1
     if quick:
@@ -104,13 +137,16 @@ def bench_node_memory(quick: bool) -> list[dict]:
     # does, and the six steps (1, 2, 4 trials, twice) take minutes here, not the ~90 min full epochs took.
     space = spaces.load("cifar_asha")
     space = dataclasses.replace(space, fixed={**space.fixed, "max_steps": MAX_STEPS})
-    modes = ("unshared",) if not data.sharing_on() else ("unshared", "shared")  # --no-shared-data: before only
-    before = os.environ.get(data.SHARED_ENV)
+    # --no-shared-data: unshared only; --no-fork-server: no forked mode
+    modes = ("unshared",) if not data.sharing_on() else ("unshared", "shared", "forked") if forkserver.enabled() \
+        else ("unshared", "shared")
+    before = {name: os.environ.get(name) for name in (data.SHARED_ENV, forkserver.ENV)}
     rows = []
     try:
         for mode in modes:
             backend.stop_ray()
-            os.environ[data.SHARED_ENV] = "1" if mode == "shared" else "0"
+            os.environ[data.SHARED_ENV] = "0" if mode == "unshared" else "1"
+            os.environ[forkserver.ENV] = "1" if mode == "forked" else "0"
             peaks = {}
             for k in counts:
                 sampler = MemorySampler(0.5 if quick else 1.0)
@@ -132,12 +168,15 @@ def bench_node_memory(quick: bool) -> list[dict]:
                          f"of trials_pss_mb_{top}_{mode}: the node's mapped data file (one copy for all)"),
                      row("node_memory", f"object_store_pss_mb_{top}_{mode}", peaks[top]["store"], "MB",
                          f"of trials_pss_mb_{top}_{mode}: Ray's object store mapped by the trials"),
+                     row("node_memory", f"fork_server_pss_mb_{top}_{mode}", peaks[top]["server"], "MB",
+                         f"of trials_pss_mb_{top}_{mode}: the node's fork server with the trials it forked"),
                      row("node_memory", f"added_per_trial_mb_{mode}", (peaks[top]["pss"] - peaks[1]["pss"]) / (top - 1),
                          "MB", f"(trials_pss_mb_{top} - trials_pss_mb_1) / {top - 1}, {mode}")]
     finally:
         backend.stop_ray()  # the next section's Ray starts with the environment as it was
-        if before is None:
-            os.environ.pop(data.SHARED_ENV, None)
-        else:
-            os.environ[data.SHARED_ENV] = before
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     return rows

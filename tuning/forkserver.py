@@ -1,0 +1,314 @@
+"""Trial processes forked from one warm process per node (a fork server), so that torch is held once.
+
+Why: a CIFAR trial's own process held about 716 MB more per trial than the trial before it, even
+with the data mapped once per node (docs/performance.md, "One copy of the data per node"). Most of
+it was not the trial's: `import torch` alone is about 470 MB of private pages per process
+(anonymous memory, and the relocated pages of torch's libraries). Here one process per node
+imports torch and the trainer once and forks a child per trial; a child shares those pages with it
+copy-on-write and holds privately only what it writes: the model, the optimizer, the batches.
+The Ray actor that runs the trial never imports torch. It relays the child's epochs to Tune, and
+stopping or pausing the trial kills the child. A fork costs milliseconds where a fresh process's
+torch import costs seconds, so trials also start sooner.
+
+Linux and macOS only (os.fork); TUNING_FORK_SERVER=0 keeps every trial in its own process, as
+before (tuning.bench compares both). No Ray here: tuning.backend.trainables decides which trials
+run here, and names the node and the process whose end ends the server (the raylet).
+
+The server takes no thread and runs no torch operation before it forks: a child of a process
+with OpenMP threads can hang, and a fork copies only the forking thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import gc
+import importlib
+import json
+import logging
+import os
+import pickle
+import queue
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
+ENV = "TUNING_FORK_SERVER"  # 0: every trial process imports torch itself (as before)
+PRELOAD = ("torch", "torch._dynamo", "tuning.trainer", "tuning.data", "tuning.trialstate")
+IDLE_EXIT_S = 300.0  # a server nobody asked for a fork this long gives its memory back
+START_TIMEOUT_S = 120.0  # importing torch with every core busy took up to 10 s here
+_POLL_S = 1.0
+
+
+class ChildDied(RuntimeError):
+    """The forked trial process ended without a result or an error: killed (out of memory?) or crashed."""
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in the forked process, as its cause (as concurrent.futures does)."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def enabled() -> bool:
+    return hasattr(os, "fork") and hasattr(socket, "send_fds") and os.environ.get(ENV, "").strip() != "0"
+
+
+def address(node_key: str) -> str:
+    """The server's socket for one node of one Ray instance. Short: a Unix socket's path has at most 107 bytes."""
+    folder = os.path.join(tempfile.gettempdir(), f"tuning-fork-{os.getuid()}")  # with its lock and log files
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{node_key[:16]}.sock")
+
+
+# ---------------------------------------------------------------- the trial's side
+
+
+def run(job: Callable[[Callable[[str, Any], None]], Any], on_message: Callable[[str, Any], None], *,
+        node_key: str, watch_pid: int) -> Any:
+    """Run `job(send)` in a process forked from this node's server (started here if it is not
+    running), and return what it returns. Each `send(kind, payload)` in the child calls
+    `on_message(kind, payload)` here and waits for it: no compute past an epoch the trial may not
+    want. Whatever ends this call (the job's end, its error, on_message raising because Tune stops
+    or pauses the trial), the child is gone before it returns; if this process dies, the child
+    ends itself. `job` travels by pickle: a module-level function or a partial of one."""
+    conn = _connect(address(node_key), watch_pid)
+    child, finished = None, False
+    try:
+        child = _handle(conn.recv())
+        conn.send((job, dict(os.environ), os.getcwd(), list(sys.path)))
+        while True:
+            try:
+                kind, payload = conn.recv()
+            except EOFError:
+                finished = True
+                raise ChildDied("the trial's process died without a result: killed, out of memory, "
+                                "or crashed (see the trial's log)") from None
+            if kind in ("done", "error"):
+                finished = True
+                if kind == "done":
+                    return payload
+                exc, tb = payload
+                raise exc from RemoteTraceback(tb)
+            on_message(kind, payload)  # Tune stops or pauses the trial by raising here
+            conn.send("go")
+    finally:
+        conn.close()  # a child waiting for "go" sees the end of the socket and exits
+        if child is not None:
+            _reap(child, kill=not finished)
+
+
+def _handle(pid: int) -> int | None:
+    """A handle on the child that a reused pid cannot fool (Linux's pidfd), or None where there is none."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _reap(pidfd: int, kill: bool) -> None:
+    """Wait (a few seconds at most) until the child is gone, killing it first if it may still be busy."""
+    try:
+        if kill:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        select.select([pidfd], [], [], 5.0)  # readable once the process has exited
+    finally:
+        os.close(pidfd)
+
+
+def _connect(path: str, watch_pid: int) -> Connection:
+    """A connection to the server at `path`, with this process's stdout and stderr handed over
+    (so the trial's output stays the trial's); the first trial on a node starts the server."""
+    sock = _dial(path)
+    if sock is None:
+        with open(path + ".lock", "w") as lock:  # one starter per node; the others wait, then dial
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            sock = _dial(path) or _start(path, watch_pid)
+    socket.send_fds(sock, [b"fds"], [1, 2])
+    return Connection(sock.detach())
+
+
+def _dial(path: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+        return sock
+    except (FileNotFoundError, ConnectionRefusedError):  # none yet, or a dead server's socket file
+        sock.close()
+        return None
+
+
+def _start(path: str, watch_pid: int) -> socket.socket:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    # Detached (forked twice, in a session of its own): Ray kills a worker's child processes when the
+    # worker exits, and this server must outlive the trial that started it. Its sys.path is this
+    # process's (a Ray job's working dir); its own output goes to a file, not to this trial's
+    # output (which may be a pipe someone reads to its end); each child takes its own trial's.
+    code = ("import json, os, sys\n"
+            "pid = os.fork()\n"
+            "if pid:\n    print(pid, flush=True)\n    os._exit(0)\n"
+            "os.dup2(2, 1)\n"
+            "sys.path[:0] = json.loads(os.environ.pop('TUNING_FORK_PATH'))\n"
+            f"from tuning.forkserver import serve\nserve({path!r}, {watch_pid})\n")
+    with open(path + ".log", "ab") as out:
+        launcher = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=out, start_new_session=True, check=True, timeout=60,
+                                  env={**os.environ, "TUNING_FORK_PATH": json.dumps(sys.path)})
+    server = int(launcher.stdout)
+    log.info("started the node's fork server (pid %d) at %s", server, path)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        sock = _dial(path)
+        if sock is not None:
+            return sock
+        if not _alive(server):
+            raise RuntimeError(f"the fork server exited before it listened (its error is in {path}.log); "
+                               f"set {ENV}=0 to run trials without it")
+        time.sleep(0.05)
+    os.kill(server, signal.SIGKILL)
+    raise RuntimeError(f"the fork server did not listen within {START_TIMEOUT_S:g} s; set {ENV}=0 to run "
+                       "trials without it")
+
+
+# ---------------------------------------------------------------- the server
+
+
+def serve(path: str, watch_pid: int) -> None:
+    """Import what trials need, then fork a child per connection until `watch_pid` (the raylet)
+    is gone or nobody connected for IDLE_EXIT_S."""
+    for name in PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:  # a node without torch still runs its users' plain trainers
+            log.warning("fork server: %s not preloaded (%s)", name, exc)
+    # Objects made so far move out of the collector's sight: a collection in a child would
+    # otherwise write to (and so copy) every page holding one of them.
+    gc.freeze()
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps the children
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(64)
+    server.settimeout(_POLL_S)
+    mine = os.stat(path).st_ino
+    last = time.monotonic()
+    try:
+        while _alive(watch_pid) and time.monotonic() - last < IDLE_EXIT_S:
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            last = time.monotonic()
+            if os.fork() == 0:
+                server.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the trainer may wait for children of its own
+                code = 1
+                try:
+                    code = _child(conn)
+                finally:
+                    os._exit(code)
+            conn.close()
+    finally:
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_ino == mine:  # not a newer server's socket
+                os.unlink(path)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+
+
+def _child(sock: socket.socket) -> int:
+    """One trial: take over the trial's stdout and stderr, environment, working dir and sys.path,
+    run its job, and relay. Exit when the trial's process is gone (its end of the socket closes)."""
+    _, fds, _, _ = socket.recv_fds(sock, 16, 2)
+    for target, fd in zip((1, 2), fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    conn = Connection(sock.detach())
+    conn.send(os.getpid())
+    try:
+        job, env, cwd, path = conn.recv()
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(cwd)
+        sys.path[:] = path
+        acks: queue.Queue = queue.Queue()
+        threading.Thread(target=_read, args=(conn, acks), daemon=True).start()
+
+        def send(kind: str, payload: Any) -> None:
+            conn.send((kind, payload))
+            acks.get()
+
+        conn.send(("done", job(send)))
+    except BaseException as exc:  # noqa: BLE001 (everything goes back to the trial, unpickling the job included)
+        conn.send(("error", (_portable(exc), "".join(traceback.format_exception(exc)))))
+    return 0
+
+
+def _read(conn: Connection, acks: queue.Queue) -> None:
+    while True:
+        try:
+            acks.put(conn.recv())
+        except (EOFError, OSError):  # the trial's process ended: so does this one, mid-step or not
+            os._exit(1)
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """The exception itself where the trial's process can unpickle it without importing torch,
+    else a RuntimeError with its type and message."""
+    if not type(exc).__module__.startswith("torch"):
+        with contextlib.suppress(Exception):
+            return pickle.loads(pickle.dumps(exc))
+    return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+# ---------------------------------------------------------------- a CIFAR trial's job
+
+
+def cifar_trial(send: Callable[[str, Any], None], *, kwargs: dict, checkpoints: list[str], source,
+                max_train: int | None, max_val: int | None, threads: int) -> dict:
+    """train_cifar in the forked process: restore from the newest readable checkpoint of
+    `checkpoints`, then per epoch write the checkpoint into a fresh directory here (the trial's
+    process holds no torch to write it) and send ("epoch", (metrics, directory)); the receiver
+    owns the directory from then on."""
+    import torch
+
+    from tuning import trainer, trialstate
+    from tuning.data import load_train_val
+
+    state, epochs = trialstate.load_newest(checkpoints)
+    send("restored", epochs)
+    torch.set_num_threads(threads)
+    train, val = load_train_val(source, max_train, max_val)
+
+    def on_epoch(metrics: dict, state: dict) -> None:
+        directory = tempfile.mkdtemp(prefix="tuning-epoch-")
+        try:
+            trialstate.write_checkpoint(state, directory)
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        # Tune's "pid" is the trial's Ray process; this one trained.
+        send("epoch", ({**metrics, "trainer_pid": os.getpid()}, directory))
+
+    return trainer.train_cifar(**kwargs, state=state, train=train, val=val, device="cpu", on_epoch=on_epoch)
