@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import gc
+import hashlib
 import importlib
 import json
 import logging
@@ -67,10 +68,11 @@ def enabled() -> bool:
 
 
 def address(node_key: str) -> str:
-    """The server's socket for one node of one Ray instance. Short: a Unix socket's path has at most 107 bytes."""
+    """The server's socket for `node_key` (one Ray job on one node: jobs may bring different code).
+    Hashed: a Unix socket's path has at most 107 bytes."""
     folder = os.path.join(tempfile.gettempdir(), f"tuning-fork-{os.getuid()}")  # with its lock and log files
     os.makedirs(folder, exist_ok=True)
-    return os.path.join(folder, f"{node_key[:16]}.sock")
+    return os.path.join(folder, hashlib.sha1(node_key.encode()).hexdigest()[:16] + ".sock")
 
 
 # ---------------------------------------------------------------- the trial's side
@@ -225,6 +227,10 @@ def serve(path: str, watch_pid: int) -> None:
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == mine:  # not a newer server's socket
                 os.unlink(path)
+                # Its job on this node is over (or idle): nobody starts another server for it now.
+                os.unlink(path + ".lock")
+                if not os.path.getsize(path + ".log"):
+                    os.unlink(path + ".log")
 
 
 def _alive(pid: int) -> bool:

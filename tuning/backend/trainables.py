@@ -220,8 +220,11 @@ def _train_cifar_forked(params: dict, kwargs: dict, *, source: DataSource, max_t
     with checkpoint_dirs(tune.get_checkpoint()) as directories:
         job = functools.partial(forkserver.cifar_trial, kwargs=kwargs, checkpoints=[str(d) for d in directories],
                                 source=source, max_train=max_train, max_val=max_val, threads=threads)
+        # One server per job and node: another job on the cluster may bring other code (its working_dir).
         # The raylet is this worker's parent: when it ends (ray.shutdown, a dead node), so does the server.
-        forkserver.run(job, on_message, node_key=ray.get_runtime_context().get_node_id(), watch_pid=os.getppid())
+        context = ray.get_runtime_context()
+        forkserver.run(job, on_message, node_key=f"{context.get_job_id()}-{context.get_node_id()}",
+                       watch_pid=os.getppid())
 
 
 def _train_user(fn, kwargs: dict, *, seed: int, threads: int, workers: int, on_epoch) -> None:

@@ -11,8 +11,9 @@ shared machine drift. Sections:
   data       loading the split the first time and from the per-process cache; augmentation cost
   memory     a trial's peak RSS and its growth from epoch 2 to the last
   node_memory  1, 2 and 4 CIFAR trials at once on the full data: the trial processes' PSS and USS
-             summed, with the shared data file's and the object store's share; each trial added
-             beyond the first; with every trial decoding its own copy, then with one copy per node
+             summed, with the shared data file's, the object store's and the fork server's share;
+             each trial added beyond the first; with every trial decoding its own copy, then with
+             one copy per node, then also with trials forked from the node's fork server
   scheduler  epochs recomputed under BOHB; trial-seconds spent in trials ASHA later stopped; what a
              pause and resume costs and what made it cheap; Hyperband's and BOHB's wall time
              against ASHA's (tuning/bench/sched.py)
@@ -33,7 +34,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tuning import cli, data, distributed, results, spaces, trainer
+from tuning import cli, data, distributed, forkserver, results, spaces, trainer
 from tuning.bench.harness import (OVERHEAD_KINDS, overhead_in_fresh_process, row, run_tune, synthetic,
                                   trainer_vs_bare, write_rows)
 from tuning.bench.memory import bench_memory, bench_node_memory
@@ -256,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-shared-data", action="store_true",
                    help=f"every trial decodes its own copy of the data ({data.SHARED_ENV}=0), as before the node's "
                         "shared copy; node_memory then measures only that")
+    p.add_argument("--no-fork-server", action="store_true",
+                   help=f"every CIFAR trial imports torch in its own process ({forkserver.ENV}=0), as before the "
+                        "node's fork server; node_memory then leaves out its forked mode")
     try:
         args = p.parse_args(argv)
     except cli.UsageError as exc:
@@ -263,6 +267,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.no_shared_data:  # before Ray starts: its trial processes inherit the environment
         os.environ[data.SHARED_ENV] = "0"
+    if args.no_fork_server:
+        os.environ[forkserver.ENV] = "0"
     out = Path(args.out or f"results/bench-{time.strftime('%Y%m%d-%H%M%S')}")
     out.mkdir(parents=True, exist_ok=True)
     rows = []
