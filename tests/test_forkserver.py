@@ -45,24 +45,47 @@ def test_a_job_runs_in_a_forked_child_with_torch_already_imported(node_key):
     child = got[0][1]["pid"]
     assert child != os.getpid() and got[1][1]["pid"] == child
     assert got[0][1]["torch_preloaded"]  # the server's import, not the job's
-    # A second trial gets a new child of the same server.
+    # The next trial of this process (a reused actor) runs in the same child, already warm.
     again = []
     forkserver.run(functools.partial(fork_jobs.report_twice, tag="b"), lambda k, p: again.append(p),
                    node_key=node_key, watch_pid=os.getpid())
-    assert again[0]["pid"] not in (child, os.getpid())
+    assert again[0]["pid"] == child
 
 
-def test_a_trial_stopped_between_epochs_leaves_no_process(node_key):
+def _pid_of_next_job(node_key) -> int:
+    got = []
+    forkserver.run(functools.partial(fork_jobs.report_twice, tag="e"), lambda k, p: got.append(p["pid"]),
+                   node_key=node_key, watch_pid=os.getpid())
+    return got[0]
+
+
+def test_a_failed_job_or_a_dead_child_is_not_reused(node_key):
+    child = _pid_of_next_job(node_key)
+    with pytest.raises(ValueError):
+        forkserver.run(fork_jobs.fail, lambda k, p: None, node_key=node_key, watch_pid=os.getpid())
+    assert _gone(child, 5.0)  # a failed job's child exits: its state is unknown
+    fresh = _pid_of_next_job(node_key)
+    assert fresh != child
+    os.kill(fresh, signal.SIGKILL)  # dies while idle, as the OOM killer may pick it
+    assert _gone(fresh, 5.0)
+    assert _pid_of_next_job(node_key) not in (fresh, child)
+
+
+def test_a_trial_stopped_between_epochs_drops_its_job_and_its_child_waits_for_the_next(node_key):
     seen = []
 
     def stop(kind, payload):  # as Tune stops or pauses a trial: by raising out of the report
-        seen.append(payload["pid"])
-        raise KeyError("stopped")
+        seen.append(payload)
+        raise SystemExit(0)
 
-    with pytest.raises(KeyError, match="stopped"):
+    with pytest.raises(SystemExit):
         forkserver.run(functools.partial(fork_jobs.report_twice, tag="c"), stop, node_key=node_key,
                        watch_pid=os.getpid())
-    assert len(seen) == 1 and _gone(seen[0], 0.5)  # gone when run returned (a moment for the kernel's reaping)
+    assert len(seen) == 1 and seen[0]["tag"] == "c"  # nothing trained past the epoch it was stopped at
+    got = []
+    forkserver.run(functools.partial(fork_jobs.report_twice, tag="d"), lambda k, p: got.append(p),
+                   node_key=node_key, watch_pid=os.getpid())
+    assert got[0]["tag"] == "d" and got[0]["pid"] == seen[0]["pid"] and len(got) == 2
 
 
 def test_errors_come_back_with_their_type_and_the_childs_traceback(node_key):

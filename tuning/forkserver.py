@@ -56,6 +56,11 @@ class ChildDied(RuntimeError):
     """The forked trial process ended without a result or an error: killed (out of memory?) or crashed."""
 
 
+class _Abandoned(BaseException):
+    """Raised out of a job's send() when the trial no longer wants it: BaseException, so that a
+    trainer's `except Exception` does not swallow it."""
+
+
 class RemoteTraceback(Exception):
     """The traceback of an exception raised in the forked process, as its cause (as concurrent.futures does)."""
 
@@ -78,38 +83,70 @@ def address(node_key: str) -> str:
 # ---------------------------------------------------------------- the trial's side
 
 
+# The child this process's last job ran in, kept for its next one: Tune reuses a trial's actor for
+# the next trial, and a kept child has its data mapped and its first-step costs (copy-on-write
+# faults, oneDNN's kernels) behind it, where a new fork pays them again (tuning.bench, trial section).
+_KEPT: dict[str, tuple[Connection, int | None]] = {}
+
+
 def run(job: Callable[[Callable[[str, Any], None]], Any], on_message: Callable[[str, Any], None], *,
         node_key: str, watch_pid: int) -> Any:
     """Run `job(send)` in a process forked from this node's server (started here if it is not
     running), and return what it returns. Each `send(kind, payload)` in the child calls
     `on_message(kind, payload)` here and waits for it: no compute past an epoch the trial may not
-    want. Whatever ends this call (the job's end, its error, on_message raising because Tune stops
-    or pauses the trial), the child is gone before it returns; if this process dies, the child
-    ends itself. `job` travels by pickle: a module-level function or a partial of one."""
-    conn = _connect(address(node_key), watch_pid)
-    child, finished = None, False
+    want. A job that returns, or that on_message ends by raising (Tune stopping or pausing the
+    trial), leaves its child idle for this process's next job; after an error the child is gone
+    before this returns; if this process dies, the child ends itself. `job` travels
+    by pickle: a module-level function or a partial of one."""
+    conn, child = _KEPT.pop(node_key, (None, None))
+    if conn is not None and not _idle(child):  # it died meanwhile (the OOM killer?): a new one
+        _drop(conn, child, kill=False)
+        conn = None
+    if conn is None:
+        conn = _connect(address(node_key), watch_pid)
+        child = None
+    keep = False
     try:
-        child = _handle(conn.recv())
+        if child is None:
+            child = _handle(conn.recv())
         conn.send((job, dict(os.environ), os.getcwd(), list(sys.path)))
         while True:
             try:
                 kind, payload = conn.recv()
             except EOFError:
-                finished = True
                 raise ChildDied("the trial's process died without a result: killed, out of memory, "
                                 "or crashed (see the trial's log)") from None
-            if kind in ("done", "error"):
-                finished = True
-                if kind == "done":
-                    return payload
+            if kind == "done":
+                keep = True
+                return payload
+            if kind == "error":
                 exc, tb = payload
                 raise exc from RemoteTraceback(tb)
-            on_message(kind, payload)  # Tune stops or pauses the trial by raising here
+            try:
+                on_message(kind, payload)
+            except BaseException:
+                # Tune ends a trial (stopped, paused, or at its last epoch: SystemExit) by raising
+                # here: the child drops the job where it waits, and stays for the next one.
+                conn.send("stop")
+                keep = conn.poll(10.0) and conn.recv() == ("abandoned", None)
+                raise
             conn.send("go")
     finally:
-        conn.close()  # a child waiting for "go" sees the end of the socket and exits
-        if child is not None:
-            _reap(child, kill=not finished)
+        if keep:
+            _KEPT[node_key] = (conn, child)
+        else:
+            _drop(conn, child, kill=True)
+
+
+def _idle(pidfd: int | None) -> bool:
+    """A kept child still there (where there is no pidfd to ask: assumed; a dead one shows as ChildDied)."""
+    return pidfd is None or not select.select([pidfd], [], [], 0)[0]
+
+
+def _drop(conn: Connection, pidfd: int | None, kill: bool) -> None:
+    conn.close()  # a child waiting for its next message sees the end of the socket and exits
+    if pidfd is not None:
+        _reap(pidfd, kill)
 
 
 def _handle(pid: int) -> int | None:
@@ -244,39 +281,49 @@ def _alive(pid: int) -> bool:
 
 
 def _child(sock: socket.socket) -> int:
-    """One trial: take over the trial's stdout and stderr, environment, working dir and sys.path,
-    run its job, and relay. Exit when the trial's process is gone (its end of the socket closes)."""
+    """Jobs of one trial process, one after the other: take over its stdout and stderr, and per
+    job its environment, working dir and sys.path, run the job and relay. Exit when the trial's
+    process is gone (its end of the socket closes), or after a job that failed."""
     _, fds, _, _ = socket.recv_fds(sock, 16, 2)
     for target, fd in zip((1, 2), fds):
         os.dup2(fd, target)
         os.close(fd)
     conn = Connection(sock.detach())
     conn.send(os.getpid())
-    try:
-        job, env, cwd, path = conn.recv()
-        os.environ.clear()
-        os.environ.update(env)
-        os.chdir(cwd)
-        sys.path[:] = path
-        acks: queue.Queue = queue.Queue()
-        threading.Thread(target=_read, args=(conn, acks), daemon=True).start()
+    inbox: queue.Queue = queue.Queue()
+    threading.Thread(target=_read, args=(conn, inbox), daemon=True).start()
 
-        def send(kind: str, payload: Any) -> None:
-            conn.send((kind, payload))
-            acks.get()
+    def send(kind: str, payload: Any) -> None:
+        conn.send((kind, payload))
+        if inbox.get() == "stop":
+            raise _Abandoned
 
-        conn.send(("done", job(send)))
-    except BaseException as exc:  # noqa: BLE001 (everything goes back to the trial, unpickling the job included)
-        conn.send(("error", (_portable(exc), "".join(traceback.format_exception(exc)))))
-    return 0
-
-
-def _read(conn: Connection, acks: queue.Queue) -> None:
     while True:
         try:
-            acks.put(conn.recv())
+            message = inbox.get()
+            if isinstance(message, BaseException):  # the job could not be unpickled here
+                raise message
+            job, env, cwd, path = message
+            os.environ.clear()
+            os.environ.update(env)
+            os.chdir(cwd)
+            sys.path[:] = path
+            conn.send(("done", job(send)))
+        except _Abandoned:  # its frames, and the model in them, go with the exception
+            conn.send(("abandoned", None))
+        except BaseException as exc:  # noqa: BLE001 (everything goes back to the trial)
+            conn.send(("error", (_portable(exc), "".join(traceback.format_exception(exc)))))
+            return 1  # its state is unknown: the next job gets a new child
+
+
+def _read(conn: Connection, inbox: queue.Queue) -> None:
+    while True:
+        try:
+            inbox.put(conn.recv())
         except (EOFError, OSError):  # the trial's process ended: so does this one, mid-step or not
             os._exit(1)
+        except Exception as exc:  # a message that does not unpickle here (a job's module missing)
+            inbox.put(exc)
 
 
 def _portable(exc: BaseException) -> BaseException:
