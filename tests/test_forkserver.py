@@ -134,6 +134,19 @@ def test_the_server_ends_with_the_process_it_watches(tmp_path):
         time.sleep(0.1)
 
 
+def test_a_folder_another_user_could_have_made_is_refused(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    folder = tmp_path / f"tuning-fork-{os.getuid()}"
+    folder.mkdir(mode=0o777)
+    folder.chmod(0o777)  # as a folder made first by someone else, writable by all
+    with pytest.raises(RuntimeError, match="not a private folder"):
+        forkserver.address("key")
+    folder.chmod(0o700)
+    assert forkserver.address("key").startswith(str(folder))
+
+
 def test_the_caller_never_imports_torch(synthetic_source):
     # A trial's Ray process: it relays a CIFAR trial's epochs without torch in its own memory.
     code = ("import functools, os, sys; from tuning import forkserver; from tuning.contract import DataSource; "

@@ -6,16 +6,17 @@ it was not the trial's: `import torch` alone is about 470 MB of private pages pe
 (anonymous memory, and the relocated pages of torch's libraries). Here one process per node
 imports torch and the trainer once and forks a child per trial; a child shares those pages with it
 copy-on-write and holds privately only what it writes: the model, the optimizer, the batches.
-The Ray actor that runs the trial never imports torch. It relays the child's epochs to Tune, and
-stopping or pausing the trial kills the child. A fork costs milliseconds where a fresh process's
-torch import costs seconds, so trials also start sooner.
+The Ray actor that runs the trial never imports torch. It relays the child's epochs to Tune; when Tune stops or pauses the trial
+the child drops the job and waits for the Ray process's next trial. A fork costs milliseconds
+where a fresh process's torch import costs seconds, so trials also start sooner.
 
 Linux and macOS only (os.fork); TUNING_FORK_SERVER=0 keeps every trial in its own process, as
 before (tuning.bench compares both). No Ray here: tuning.backend.trainables decides which trials
 run here, and names the node and the process whose end ends the server (the raylet).
 
-The server takes no thread and runs no torch operation before it forks: a child of a process
-with OpenMP threads can hang, and a fork copies only the forking thread.
+The server starts no thread of its own and runs no torch operation before it forks: a child of a
+process with OpenMP threads can hang, and a fork copies only the forking thread. (numpy's OpenBLAS
+pool is the one thread its imports start; OpenBLAS handles fork itself.)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -76,7 +78,13 @@ def address(node_key: str) -> str:
     """The server's socket for `node_key` (one Ray job on one node: jobs may bring different code).
     Hashed: a Unix socket's path has at most 107 bytes."""
     folder = os.path.join(tempfile.gettempdir(), f"tuning-fork-{os.getuid()}")  # with its lock and log files
-    os.makedirs(folder, exist_ok=True)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    # The trial sends its environment (keys, tokens) there and unpickles what comes back: on a
+    # shared machine the folder must be this user's alone, not one another user made first.
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:  # others may not write
+        raise RuntimeError(f"{folder} is not a private folder of this user (owner {st.st_uid}, mode "
+                           f"{stat.S_IMODE(st.st_mode):o}): remove it, or set TMPDIR to a folder of your own")
     return os.path.join(folder, hashlib.sha1(node_key.encode()).hexdigest()[:16] + ".sock")
 
 
@@ -107,13 +115,19 @@ def run(job: Callable[[Callable[[str, Any], None]], Any], on_message: Callable[[
         child = None
     keep = False
     try:
-        if child is None:
-            child = _handle(conn.recv())
-        conn.send((job, dict(os.environ), os.getcwd(), list(sys.path)))
+        try:
+            if child is None:
+                if not conn.poll(START_TIMEOUT_S):
+                    raise EOFError("no answer")
+                child = _handle(conn.recv())
+            conn.send((job, dict(os.environ), os.getcwd(), list(sys.path)))
+        except (EOFError, OSError) as exc:  # the server could not fork (out of memory?) or was exiting
+            raise ChildDied(f"the node's fork server did not start the trial's process ({exc or type(exc).__name__}); "
+                            f"its log: {address(node_key)}.log; {ENV}=0 runs trials without it") from None
         while True:
             try:
                 kind, payload = conn.recv()
-            except EOFError:
+            except (EOFError, OSError):
                 raise ChildDied("the trial's process died without a result: killed, out of memory, "
                                 "or crashed (see the trial's log)") from None
             if kind == "done":
@@ -126,11 +140,18 @@ def run(job: Callable[[Callable[[str, Any], None]], Any], on_message: Callable[[
                 on_message(kind, payload)
             except BaseException:
                 # Tune ends a trial (stopped, paused, or at its last epoch: SystemExit) by raising
-                # here: the child drops the job where it waits, and stays for the next one.
-                conn.send("stop")
-                keep = conn.poll(10.0) and conn.recv() == ("abandoned", None)
+                # here: the child drops the job where it waits, and stays for the next one. Tune's
+                # exception goes on whatever the child does meanwhile.
+                try:
+                    conn.send("stop")
+                    keep = conn.poll(10.0) and conn.recv() == ("abandoned", None)
+                except (EOFError, OSError):
+                    keep = False
                 raise
-            conn.send("go")
+            try:
+                conn.send("go")
+            except OSError:
+                raise ChildDied("the trial's process died between epochs: killed, out of memory, or crashed") from None
     finally:
         if keep:
             _KEPT[node_key] = (conn, child)
@@ -203,11 +224,15 @@ def _start(path: str, watch_pid: int) -> socket.socket:
             "os.dup2(2, 1)\n"
             "sys.path[:0] = json.loads(os.environ.pop('TUNING_FORK_PATH'))\n"
             f"from tuning.forkserver import serve\nserve({path!r}, {watch_pid})\n")
-    with open(path + ".log", "ab") as out:
-        launcher = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=out, start_new_session=True, check=True, timeout=60,
-                                  env={**os.environ, "TUNING_FORK_PATH": json.dumps(sys.path)})
-    server = int(launcher.stdout)
+    try:
+        with open(path + ".log", "ab") as out:
+            launcher = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=out, start_new_session=True, check=True, timeout=60,
+                                      env={**os.environ, "TUNING_FORK_PATH": json.dumps(sys.path)})
+        server = int(launcher.stdout)
+    except (subprocess.SubprocessError, OSError, ValueError) as exc:
+        raise RuntimeError(f"the fork server did not start ({type(exc).__name__}; see {path}.log); set {ENV}=0 "
+                           "to run trials without it") from exc
     log.info("started the node's fork server (pid %d) at %s", server, path)
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -243,29 +268,41 @@ def serve(path: str, watch_pid: int) -> None:
     server.listen(64)
     server.settimeout(_POLL_S)
     mine = os.stat(path).st_ino
-    last = time.monotonic()
+    last, children = time.monotonic(), set()
     try:
-        while _alive(watch_pid) and time.monotonic() - last < IDLE_EXIT_S:
+        while _alive(watch_pid):
+            children = {pid for pid in children if _alive(pid)}  # a kept child may idle for hours
+            if not children and time.monotonic() - last > IDLE_EXIT_S:
+                break
             try:
                 conn, _ = server.accept()
             except TimeoutError:
                 continue
             last = time.monotonic()
-            if os.fork() == 0:
+            try:
+                pid = os.fork()
+            except OSError as exc:  # out of memory or processes: this trial fails, the server stays
+                log.error("fork server: cannot fork a trial's process: %s", exc)
+                conn.close()
+                continue
+            if pid == 0:
                 server.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the trainer may wait for children of its own
                 code = 1
                 try:
                     code = _child(conn)
                 finally:
+                    for stream in (sys.stdout, sys.stderr):  # os._exit does not flush
+                        with contextlib.suppress(Exception):
+                            stream.flush()
                     os._exit(code)
+            children.add(pid)
             conn.close()
     finally:
         with contextlib.suppress(OSError):
             if os.stat(path).st_ino == mine:  # not a newer server's socket
                 os.unlink(path)
-                # Its job on this node is over (or idle): nobody starts another server for it now.
-                os.unlink(path + ".lock")
+                # The lock file stays: an actor may hold it, or be about to open it, right now.
                 if not os.path.getsize(path + ".log"):
                     os.unlink(path + ".log")
 
@@ -288,6 +325,7 @@ def _child(sock: socket.socket) -> int:
     for target, fd in zip((1, 2), fds):
         os.dup2(fd, target)
         os.close(fd)
+    sys.stdout.reconfigure(line_buffering=True)  # made for the server's log file: block-buffered
     conn = Connection(sock.detach())
     conn.send(os.getpid())
     inbox: queue.Queue = queue.Queue()
@@ -326,10 +364,15 @@ def _read(conn: Connection, inbox: queue.Queue) -> None:
             inbox.put(exc)
 
 
+# Modules whose exceptions the trial's process unpickles without importing torch (tuning.data's
+# DataError would bring torch with its module).
+_PORTABLE = ("builtins", "tuning.cli", "tuning.contract", __name__)
+
+
 def _portable(exc: BaseException) -> BaseException:
     """The exception itself where the trial's process can unpickle it without importing torch,
     else a RuntimeError with its type and message."""
-    if not type(exc).__module__.startswith("torch"):
+    if type(exc).__module__ in _PORTABLE:
         with contextlib.suppress(Exception):
             return pickle.loads(pickle.dumps(exc))
     return RuntimeError(f"{type(exc).__name__}: {exc}")
@@ -361,7 +404,8 @@ def cifar_trial(send: Callable[[str, Any], None], *, kwargs: dict, checkpoints: 
         except BaseException:
             shutil.rmtree(directory, ignore_errors=True)
             raise
-        # Tune's "pid" is the trial's Ray process; this one trained.
-        send("epoch", ({**metrics, "trainer_pid": os.getpid()}, directory))
+        # Tune's "pid" is the trial's Ray process; this one trained, and its memory is the trial's
+        # (the trainer's own figures win; a diverged epoch comes without them).
+        send("epoch", ({**trialstate.memory(), **metrics, "trainer_pid": os.getpid()}, directory))
 
     return trainer.train_cifar(**kwargs, state=state, train=train, val=val, device="cpu", on_epoch=on_epoch)
