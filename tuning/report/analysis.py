@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from tuning import results
+from tuning import fidelity, results
 
 GRID_POINTS = 200  # points of the common budget / time grid the seeds are averaged on
 ALPHA = 0.05  # significance level the verdict sentences use
@@ -224,3 +224,11 @@ def best_configs(runs: pd.DataFrame, exp: dict, strategies: list[str], sign: int
                      **{k: r[k] for k in extra},
                      **{k: "—" if pd.isna(r[k]) or r[k] == "" else r[k] for k in params}})
     return pd.DataFrame(rows)
+
+def rank_agreement(runs: pd.DataFrame, exp: dict) -> tuple[list[fidelity.Agreement], int]:
+    """(tuning.fidelity's agreements at the rungs a report shows, trials in all): every run's
+    learning curves pooled, a trial keyed by (run_id, trial_id) since trial ids repeat across runs.
+    Pooled, not per strategy: whether low epochs mislead is the trainer's property, not the
+    strategy's, and pooling gives the most trials at the top epoch."""
+    curves = fidelity.from_rows(runs, trial=["run_id", "trial_id"], value=exp.get("metric", "loss"))
+    return fidelity.shown(curves), len(curves)

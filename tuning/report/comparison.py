@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tuning import cli, replay, results
+from tuning import cli, fidelity, replay, results
 from tuning.report.analysis import (ALPHA, ReportError, anytime_curves, best_configs, load, make_grid,
-                             stopped_early, summarize)
+                             rank_agreement, stopped_early, summarize)
 from tuning.report.render import flatten, number, render_html, render_markdown
 
 log = logging.getLogger(__name__)
@@ -257,6 +257,9 @@ def _blocks(runs, exp, prov, summary, figures: dict) -> list[tuple]:
         blocks.append(("img", figures["scatter"], "learning rate against batch size, coloured by loss"))
     if exp.get("replay"):  # a replayed run (tuning/replay.py): which recorded configuration each strategy found
         blocks += replay.report_blocks(runs, exp, strategies)
+    agreed, trials = rank_agreement(runs, exp)  # whether the benchmark's low fidelities mislead
+    blocks += fidelity.report_blocks(agreed, trials=trials, metric=metric,
+                                     pooled=" in any run (every strategy's and seed's trials pooled)")
     blocks += [("h2", "Provenance"), ("table", pd.DataFrame(list(flatten(prov)), columns=["key", "value"]))
                if prov else ("p", "provenance.json is missing: where these numbers came from is not recorded.")]
     return blocks

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from tuning import record as records
-from tuning import progress, results, spaces
+from tuning import fidelity, progress, results, spaces
 from tuning.report import fanova, runplots
 from tuning.report.analysis import ReportError
 from tuning.record import RunRecord
@@ -218,6 +218,7 @@ def _blocks(trials, epochs, plan, decls, figures, imp, live: bool, line: str | N
           ("p", "One line per trial, coloured by its final value. Line style and end marker tell how it ended; "
                 "a circle marks an epoch it was paused at and resumed from. A diverged trial's stand-in "
                 "value is not drawn.")] if "curves" in figures else [("p", "No trial has reported yet.")]
+    b += _fidelity(trials, epochs, plan, label)
     if "best" in figures:
         b += [("h2", "Best so far"), ("img", figures["best"], "best so far against wall time and epochs"),
               ("p", f"Solid: the best {label} any trial has reported so far, at any epoch. Dashed: the best "
@@ -239,6 +240,16 @@ def _blocks(trials, epochs, plan, decls, figures, imp, live: bool, line: str | N
           ("p", "No trials yet.")]
     b += [("h2", "Provenance"), ("table", _provenance(plan))]
     return b
+
+
+def _fidelity(trials: pd.DataFrame, epochs: pd.DataFrame, plan: RunRecord, label: str) -> list[tuple]:
+    """Whether this trainer's low epochs rank configurations as its last does (tuning.fidelity),
+    at the rungs of the run's scheduler where it has one."""
+    declared = plan.declaration or {}
+    curves = fidelity.from_rows(epochs, value=plan.metric)
+    shown = fidelity.shown(curves, reduction_factor=declared.get("reduction_factor"),
+                           grace=declared.get("grace_period") or 1)
+    return fidelity.report_blocks(shown, trials=len(trials), metric=label)
 
 
 def _started(plan: RunRecord) -> float | None:
