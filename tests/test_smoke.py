@@ -79,6 +79,14 @@ def test_epochs_table_holds_the_learning_curves(asha_run):
     assert epochs["loss"].notna().all()
 
 
+def test_cifar_trials_train_in_processes_forked_from_the_nodes_server(asha_run):
+    # tuning.forkserver: the process that trained is not the trial's Ray process, and trials that
+    # followed one another in a reused Ray process trained in its one kept child.
+    epochs = pd.read_csv(asha_run[1] / "epochs.csv")
+    assert epochs["trainer_pid"].notna().all() and (epochs["trainer_pid"] != epochs["pid"]).all()
+    assert epochs.groupby("pid")["trainer_pid"].nunique().max() == 1 < epochs["trial_id"].nunique()
+
+
 def test_tune_per_trial_loggers_are_off_without_the_flag(asha_run):
     # They cost time with many short trials (README: Performance); --tune-logs turns them on.
     _, results = asha_run

@@ -52,7 +52,7 @@ def _process_memory(pids) -> dict[str, float]:
     return out
 
 
-def _fork_servers(me, ours: set[int]) -> list:
+def _fork_servers(ours: set[int]) -> list:
     """The fork servers (tuning.forkserver) of the local Ray this process started: detached, so
     not among its children, but each watches a raylet that is."""
     import psutil
@@ -93,7 +93,7 @@ class MemorySampler(threading.Thread):
                         sample[p.pid] = _process_memory([p.pid, *(c.pid for c in p.children(recursive=True))])
                 except (psutil.Error, OSError):  # gone meanwhile
                     continue
-            for server in _fork_servers(me, {p.pid for p in ours}):
+            for server in _fork_servers({p.pid for p in ours}):
                 try:
                     sample[("fork server", server.pid)] = _process_memory(
                         [server.pid, *(c.pid for c in server.children(recursive=True))])
@@ -140,22 +140,21 @@ def bench_node_memory(quick: bool) -> list[dict]:
     # --no-shared-data: unshared only; --no-fork-server: no forked mode
     modes = ("unshared",) if not data.sharing_on() else ("unshared", "shared", "forked") if forkserver.enabled() \
         else ("unshared", "shared")
-    before = {name: os.environ.get(name) for name in (data.SHARED_ENV, forkserver.ENV)}
     rows = []
     try:
         for mode in modes:
             backend.stop_ray()
-            os.environ[data.SHARED_ENV] = "0" if mode == "unshared" else "1"
-            os.environ[forkserver.ENV] = "1" if mode == "forked" else "0"
+            switches = {data.SHARED_ENV: "0" if mode == "unshared" else "1", forkserver.ENV: "1" if mode == "forked" else "0"}
             peaks = {}
-            for k in counts:
-                sampler = MemorySampler(0.5 if quick else 1.0)
-                sampler.start()
-                try:
-                    rec = run_tune(space, "random", num_samples=k, max_epochs=1, cpus=cpus / k, source=source)
-                finally:
-                    sampler.stop()
-                peaks[k] = sampler.peak({r["pid"] for r in rec.rows})
+            with backend.environ(switches):  # trial processes inherit them from the Ray started in here
+                for k in counts:
+                    sampler = MemorySampler(0.5 if quick else 1.0)
+                    sampler.start()
+                    try:
+                        rec = run_tune(space, "random", num_samples=k, max_epochs=1, cpus=cpus / k, source=source)
+                    finally:
+                        sampler.stop()
+                    peaks[k] = sampler.peak({r["pid"] for r in rec.rows})
             for k, m in peaks.items():
                 detail = (f"PSS of the trial processes together at their peak, {mode}: {k} CIFAR trial(s) of 1 epoch "
                           f"(capped at {MAX_STEPS} steps) "
@@ -174,9 +173,4 @@ def bench_node_memory(quick: bool) -> list[dict]:
                          "MB", f"(trials_pss_mb_{top} - trials_pss_mb_1) / {top - 1}, {mode}")]
     finally:
         backend.stop_ray()  # the next section's Ray starts with the environment as it was
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     return rows
