@@ -33,7 +33,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,cluster,mlflow]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev,cluster,mlflow,bench]'
 	touch $@
 
 clean:

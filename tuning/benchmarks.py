@@ -249,3 +249,9 @@ BENCHMARKS = {
     # dims: the parameters declared (a configuration holds at most 7: branch and a's six)
     "conditional_branches": Benchmark(conditional_branches, optimum=0.0, regret="difference", dims=10),
 }
+
+# Real benchmarks (tuning/realbench.py): LCBench's development tasks through its surrogate, and the
+# HPOBench-MLP and FCNet tables. Declared here without their optional packages; a run says what is missing.
+from tuning import realbench  # noqa: E402  (after Benchmark: realbench's specs only name functions)
+
+BENCHMARKS.update({name: Benchmark(*spec) for name, spec in realbench.specs().items()})
