@@ -37,7 +37,7 @@ DEFAULT_MAX_FAILURES = 2
 
 
 def smoke_sizes(strategy: str) -> dict:
-    return SMOKE_HYPERBAND if strategy in ("bohb", "hyperband", "tpe") else SMOKE
+    return SMOKE_HYPERBAND if strategy in ("bohb", "adaptive", "hyperband", "tpe") else SMOKE
 
 
 def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space, str, None] = None, *,
@@ -380,4 +380,4 @@ def _warm_start(space: spaces.Space, strategy: str, dirs: list | None, top: int 
     check_at_least("warm_start_top", top)
     runs = growth.earlier_runs([str(d) for d in dirs], space)
     return {"dirs": [str(Path(d).absolute()) for d in dirs], "top": top, "results": len(growth.all_rows(runs)),
-            "configs": [] if strategy == "bohb" else growth.best_configs(runs, space, top)}
+            "configs": [] if strategy in ("bohb", "adaptive") else growth.best_configs(runs, space, top)}

@@ -49,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", choices=spaces.STRATEGIES,
                    help="search strategy, overriding the space's: grid (grid search, FIFO), random "
                         "(random search, FIFO), asha (random search + ASHA), hyperband (random search + "
-                        "synchronous Hyperband brackets), bohb (BOHB's model + the same brackets)")
+                        "synchronous Hyperband brackets), bohb (BOHB's model + the same brackets), adaptive (BOHB whose "
+                        "brackets and model follow how well each rung ranks like the last), tpe (Optuna's TPE + the "
+                        "same brackets)")
     p.add_argument("--num-samples", type=cli.positive_int,
                    help="trials to sample (default: the space's); with grid, how often the grid is repeated")
     p.add_argument("--max-epochs", type=cli.positive_int, help="epochs of a full-budget trial (default: the space's)")

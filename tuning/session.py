@@ -284,7 +284,7 @@ def _warm(space: spaces.Space, record: RunRecord, resume: bool) -> dict:
     warm = record.warm_start
     if not warm or resume:
         return {}
-    if record.strategy != "bohb":
+    if record.strategy not in ("bohb", "adaptive"):
         return {"warm_points": warm["configs"]}
     return {"warm_rows": growth.all_rows(growth.earlier_runs(warm["dirs"], space))}
 

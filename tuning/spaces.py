@@ -26,7 +26,9 @@ from tuning.cli import TuningError
 
 # tpe: Optuna's TPE sampler under the same Hyperband brackets as hyperband and bohb, the model
 # users would otherwise leave for, so every comparison has it as a reference.
-STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "tpe")
+# adaptive: BOHB whose brackets and model follow how well each rung ranks like the top
+# (tuning/backend/adaptive.py).
+STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "adaptive", "tpe")
 
 
 class SpaceError(TuningError):

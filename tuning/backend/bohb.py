@@ -25,13 +25,15 @@ class PaperBOHB(TuneBOHB):
     the trainer, the progress table and the result files get plain Python values, while BOHB's own
     bookkeeping (trial_to_params, which feeds its KDE) keeps what ConfigSpace gave it."""
 
+    model_class: type = None  # VectorisedBOHB, set below it; tuning/backend/adaptive.py's own
+
     def __init__(self, *args, **kwargs):
         self.observed: list[tuple[str, float]] = []  # what the model was given, in order
         super().__init__(*args, **kwargs)
 
     def _setup_bohb(self):
         super()._setup_bohb()
-        self.bohber = VectorisedBOHB(self._space, **(self._bohb_config or {}))
+        self.bohber = self.model_class(self._space, **(self._bohb_config or {}))
 
     def suggest(self, trial_id: str):
         config = super().suggest(trial_id)
@@ -261,10 +263,18 @@ class VectorisedBOHB(BOHB):
             vectors[~condition.satisfied_by_vector_array(vectors.T), j] = np.nan
         return vectors
 
+    def model_budget(self) -> float | None:
+        """The budget whose densities propose: HpBandSter's largest budget with a model (None: no
+        model to use, propose at random)."""
+        return max(self.kde_models)
+
     def get_config(self, budget):
         if not self.kde_models or np.random.rand() < self.random_fraction:
             return dict(self.configspace.sample_configuration()), {"model_based_pick": False}
-        models = self.kde_models[max(self.kde_models)]
+        budget = self.model_budget()
+        if budget is None:
+            return dict(self.configspace.sample_configuration()), {"model_based_pick": False}
+        models = self.kde_models[budget]
         good, bad = models["good"], models["bad"]
         n, cont = self.num_samples, self.vartypes == 0
         data = good.data[np.random.randint(0, len(good.data), size=n)]
@@ -285,7 +295,7 @@ class VectorisedBOHB(BOHB):
             vectors[absent] = prior[absent]
         if self.configspace.conditions:
             vectors = self._deactivate(vectors)
-        fresh = ~self._evaluated(vectors, self.configs[max(self.kde_models)])
+        fresh = ~self._evaluated(vectors, self.configs[budget])
         best = self._best(good.pdf(vectors[fresh]), bad.pdf(vectors[fresh])) if fresh.any() else None
         if best is None:
             return dict(self.configspace.sample_configuration()), {"model_based_pick": False}
@@ -320,3 +330,6 @@ class VectorisedBOHB(BOHB):
             return int(np.flatnonzero(odd)[0])
         finite = np.isfinite(ratio)
         return int(np.flatnonzero(finite)[np.argmin(ratio[finite])]) if finite.any() else None
+
+
+PaperBOHB.model_class = VectorisedBOHB

@@ -222,22 +222,25 @@ def build(spec, budget=None):
         search = RandomSearch(random_state=seed, more=more, points_to_evaluate=spec.warm_points or None,
                               space=space)
         config = to_tune(space)
-    elif strategy in ("hyperband", "bohb", "tpe"):
+    elif strategy in ("hyperband", "bohb", "adaptive", "tpe"):
         model = None
         if strategy == "tpe":
             from tuning.backend import tpe
 
-            model = tpe.searcher(space, seed, spec.warm_points)
-        if strategy == "bohb":
-            from tuning.backend.bohb import PaperBOHB  # hpbandster, ConfigSpace, scipy: seconds, for BOHB alone
+            model = tpe.searcher(space, seed, spec.max_epochs, spec.warm_points)
+        if strategy in ("bohb", "adaptive"):
+            # hpbandster, ConfigSpace, scipy: seconds, for these alone
+            from tuning.backend.adaptive import AdaptiveBOHB, AdaptiveHyperBand
+            from tuning.backend.bohb import PaperBOHB
 
             np.random.seed(seed + spec.extension)  # HpBandSter draws its random fraction from numpy's global generator
-            model = PaperBOHB(space=spaces.to_configspace(space, seed), metric=space.metric, mode=space.mode,
-                              seed=seed)
+            model = (PaperBOHB if strategy == "bohb" else AdaptiveBOHB)(
+                space=spaces.to_configspace(space, seed), metric=space.metric, mode=space.mode, seed=seed)
             model.warm(spec.warm_rows)
-        scheduler = HyperBand(time_attr="training_iteration", metric=space.metric, mode=space.mode,
-                              max_t=spec.max_epochs, reduction_factor=space.reduction_factor,
-                              observe=model.observe if strategy == "bohb" else None)
+        bands = dict(time_attr="training_iteration", metric=space.metric, mode=space.mode, max_t=spec.max_epochs,
+                     reduction_factor=space.reduction_factor, observe=model.observe if strategy != "tpe" and model else None)
+        scheduler = (AdaptiveHyperBand(**bands, model=model, seed=seed + spec.extension) if strategy == "adaptive"
+                     else HyperBand(**bands))
         search = (SearcherSearch(model, scheduler=scheduler, more=more) if model else
                   RandomSearch(scheduler=scheduler, random_state=seed, more=more,
                                points_to_evaluate=spec.warm_points or None, space=space))

@@ -1,11 +1,16 @@
 """The tpe strategy: Optuna's TPE sampler through Ray's OptunaSearch, under the same Hyperband
 brackets as hyperband and bohb (tuning/backend/hyperband.py). Imported lazily (it imports Ray).
 
-This is TPE the way Ray users run it with a Hyperband scheduler: each trial's value is the
-metric at the budget where it stopped, early-stopped trials included, and TPE treats them alike.
-BOHB's model instead keeps one density per budget; the comparison in docs/comparisons.md shows
-what that difference is worth. Optuna's own sampler is used as it ships (TPESampler with its
-defaults, seeded), so a comparison against it is against what users would leave for.
+Optuna is told what its own HyperbandPruner would tell it (Pruned): a trial that Hyperband stopped
+before the full budget is PRUNED, with its curve as intermediate values, and only a trial that
+reached max_t is COMPLETE with its value there. TPE then ranks every complete trial above every
+pruned one, and pruned ones by how far they got, then by their last value (Optuna's
+_split_pruned_trials). Ray's OptunaSearch told it every stopped trial was COMPLETE with the value
+at the rung where it stopped, so TPE compared epoch-1 losses with epoch-27 ones as if they were
+the same measurement; on real learning curves, whose first epoch ranks configurations almost at
+random, it then did worse than random search (docs/strategies.md). Optuna's sampler is used as it
+ships (TPESampler with its defaults, seeded), so a comparison against it is against what users
+would leave for.
 """
 
 from __future__ import annotations
@@ -40,8 +45,32 @@ def _suggest(trial, name: str, p: spaces.Param):
     return trial.suggest_categorical(name, list(p.values))
 
 
-def searcher(space: spaces.Space, seed: int, points: list[dict] | None = None) -> OptunaSearch:
-    """OptunaSearch over the space, seeded; `points`: configurations to run first (a warm start)."""
+class PrunedAware(OptunaSearch):
+    """OptunaSearch that tells Optuna a trial stopped below max_t was pruned (module docstring)."""
+
+    def __init__(self, *args, max_t: int, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.max_t = max_t
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
+            return super().on_trial_complete(trial_id, result, error)
+        step = (result or {}).get("training_iteration")
+        value = (result or {}).get(self.metric)
+        if error or step is None or value is None or step >= self.max_t:
+            return super().on_trial_complete(trial_id, result, error)
+        ot_trial = self._ot_trials[trial_id]
+        # Tune does not pass the result it stopped the trial on to on_trial_result (Ray calls the
+        # searcher only on CONTINUE): it is the trial's last intermediate value, so report it here.
+        if step not in ot_trial.storage.get_trial(ot_trial._trial_id).intermediate_values:
+            ot_trial.report(value, step)
+        self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
+        self._completed_trials.add(trial_id)
+
+
+def searcher(space: spaces.Space, seed: int, max_t: int, points: list[dict] | None = None) -> OptunaSearch:
+    """OptunaSearch over the space, seeded, told of trials stopped below max_t as pruned; `points`:
+    configurations to run first (a warm start)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial otherwise
-    return OptunaSearch(space=DefineByRun(space.params), metric=space.metric, mode=space.mode,
-                        sampler=optuna.samplers.TPESampler(seed=seed), points_to_evaluate=points or None)
+    return PrunedAware(space=DefineByRun(space.params), metric=space.metric, mode=space.mode, max_t=max_t,
+                       sampler=optuna.samplers.TPESampler(seed=seed), points_to_evaluate=points or None)

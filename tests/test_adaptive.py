@@ -1,0 +1,113 @@
+"""The adaptive strategy's parts (tuning/backend/adaptive.py) and tpe's pruned trials
+(tuning/backend/tpe.py), driven directly, without a Tune loop: which bracket opens, which budget's
+densities propose, and what Optuna is told. End to end they run in test_strategies.py."""
+
+import numpy as np
+import pytest
+
+import tuning
+from tuning import spaces
+from tuning.backend import adaptive, tpe
+
+SPACE = tuning.Space(params={f"x{i}": tuning.Uniform(0.0, 1.0) for i in range(3)}, trainer="mf_hartmann",
+                     max_epochs=27, reduction_factor=3, cpus_per_trial=1, gpus_per_trial=0)
+
+
+def _curves(agreement, n, flip_at_1=True, seed=0):
+    """n trials with values at 1, 3, 9, 27: epoch 27's order reversed at epoch 1 when flip_at_1,
+    kept at 3 and 9."""
+    rng = np.random.default_rng(seed)
+    final = rng.permutation(n).astype(float)
+    for i, v in enumerate(final):
+        for budget, value in ((1, -v if flip_at_1 else v), (3, v), (9, v), (27, v)):
+            agreement.observe(f"t{i}", budget, value)
+    return final
+
+
+def _model():
+    return adaptive.AdaptiveBOHB(space=spaces.to_configspace(SPACE, 0), metric="loss", mode="min", seed=0)
+
+
+def test_a_rung_that_ranks_against_the_top_weighs_little_and_is_not_trusted():
+    a = adaptive.Agreement()
+    assert a.weight(1) == 1.0 and a.trusted(1)  # nothing measured: Hyperband's and BOHB's behaviour
+    _curves(a, 12)
+    assert a.rho()[1] == pytest.approx(-1.0) and a.rho()[3] == pytest.approx(1.0) and a.rho()[27] == 1.0
+    assert a.weight(1) == adaptive.FLOOR and a.weight(3) == 1.0 and a.weight(9) == 1.0
+    assert not a.trusted(1) and a.trusted(3) and a.trusted(27)
+
+
+def test_where_every_rung_agrees_it_is_bohb():
+    a = adaptive.Agreement()
+    _curves(a, 12, flip_at_1=False)
+    assert all(a.weight(b) == 1.0 and a.trusted(b) for b in (1, 3, 9, 27))
+
+
+def _feed(model, budgets, n, flip_at_1):
+    rng = np.random.default_rng(1)
+    for i in range(n):
+        x = rng.random(3)
+        final = float(np.sum((x - 0.3) ** 2))
+        for budget in budgets:
+            value = -final if (budget == 1 and flip_at_1) else final
+            model.observe(f"t{i}", budget, {"loss": value, **{f"config/x{j}": float(x[j]) for j in range(3)}})
+
+
+def test_the_model_proposes_from_the_largest_budget_that_agrees_with_the_top():
+    model = _model()
+    _feed(model, (1,), 12, flip_at_1=True)
+    # Only epoch 1 has a model, and nothing is measured against a higher rung yet: BOHB's choice.
+    assert model.bohber.model_budget() == 1
+    _feed(model, (3,), 12, flip_at_1=True)  # the same trials at 3: epoch 1 now ranks them backwards
+    assert model.agreement.rho()[1] == pytest.approx(-1.0)
+    assert model.bohber.model_budget() == 3
+
+
+def test_with_only_a_misleading_rung_modelled_the_proposal_is_random():
+    model = _model()
+    _feed(model, (1,), 12, flip_at_1=True)
+    for i in range(6):  # a higher rung with too few points for a model, enough to measure rung 1 against
+        model.agreement.observe(f"t{i}", 3, model.agreement.curves[f"t{i}"][1] * -1)
+    assert set(model.bohber.kde_models) == {1} and not model.agreement.trusted(1)
+    assert model.bohber.model_budget() is None
+    config, info = model.bohber.get_config(1)
+    assert info == {"model_based_pick": False} and set(config) == set(SPACE.params)
+
+
+def test_brackets_are_drawn_away_from_a_misleading_first_rung():
+    model = _model()
+    bands = adaptive.AdaptiveHyperBand(time_attr="training_iteration", metric="loss", mode="min", max_t=27,
+                                       reduction_factor=3, model=model, seed=0)
+    for _ in range(40):
+        bands._create_bracket(0)
+    first = np.bincount(bands.chosen, minlength=4)
+    assert (first > 0).all()  # nothing measured: every bracket is drawn
+    _curves(model.agreement, 12)
+    bands.chosen.clear()
+    for _ in range(400):
+        bands._create_bracket(0)
+    counts = np.bincount(bands.chosen, minlength=4)
+    # s = 3 starts at epoch 1 (weight FLOOR), the others at 3, 9, 27 (weight 1).
+    assert counts[3] / 400 == pytest.approx(adaptive.FLOOR / (3 + adaptive.FLOOR), abs=0.03)
+    assert min(counts[:3]) > 100
+
+
+def test_tpe_tells_optuna_a_trial_stopped_below_max_t_was_pruned():
+    """Ray's OptunaSearch told Optuna the value at the rung where a trial stopped, as if complete:
+    a trial stopped at epoch 1 with a low loss became TPE's best. Pruned, it ranks below every
+    trial that reached max_t, as under Optuna's own HyperbandPruner."""
+    import optuna
+
+    search = tpe.searcher(SPACE, seed=0, max_t=27)
+    for trial_id in ("early", "full"):
+        assert set(search.suggest(trial_id)) == set(SPACE.params)
+    search.on_trial_result("early", {"loss": 0.5, "training_iteration": 1})
+    search.on_trial_complete("early", {"loss": 0.01, "training_iteration": 3})  # stopped at rung 3
+    for t in range(1, 27):
+        search.on_trial_result("full", {"loss": 1.0 / t, "training_iteration": t})
+    search.on_trial_complete("full", {"loss": 0.2, "training_iteration": 27})
+    trials = {t.number: t for t in search._ot_study.trials}
+    early, full = trials[0], trials[1]
+    assert early.state == optuna.trial.TrialState.PRUNED and early.intermediate_values == {1: 0.5, 3: 0.01}
+    assert full.state == optuna.trial.TrialState.COMPLETE and full.value == 0.2
+    assert search._ot_study.best_trial.number == full.number

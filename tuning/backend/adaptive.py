@@ -1,0 +1,134 @@
+"""The `adaptive` strategy: BOHB that measures whether its low rungs mislead, and stops trusting
+them where they do. Imported lazily by tuning.backend (it imports Ray and HpBandSter).
+
+BOHB (Falkner et al., ICML 2018) spends most of Hyperband's budget on the lowest rungs and fits
+its model on the largest budget with enough points, which early in a run is the lowest. Where the
+first epochs rank configurations like the last (counting ones) that is what makes it cheap; where
+they rank them almost at random (LCBench's real learning curves: Spearman 0.0 to 0.35 between
+epochs 1 and 27 on the development tasks, 0.5 to 0.9 for epoch 3) the brackets keep the wrong
+trials and the model learns noise, and nothing corrects it.
+
+Both parts here follow what the run has measured so far (tuning.fidelity.agreement: Spearman's ρ
+between each rung and the highest rung that at least MIN_TRIALS trials reached, over the trials
+that reached both):
+
+1. Which bracket opens next. Each new bracket is drawn with probability proportional to the
+   agreement of its first rung with the top, ρ clipped to [FLOOR, 1]; a first rung not yet
+   measured weighs 1, so a run starts as Hyperband does. This is Hyper-Tune's bracket selection
+   (Li et al., "Hyper-Tune: Towards Efficient Hyper-parameter Tuning at Scale", VLDB 2022), with
+   the rank correlation of measured results in place of its ranking loss of per-fidelity models.
+   A band still holds s_max + 1 brackets; their starting rungs are drawn, not walked in order.
+2. Which budget's densities propose. The largest budget with a model whose rung agrees with the
+   top (ρ >= TRUST, or not yet measurable, or the top itself); if the only models are on rungs
+   that disagree, the proposal is random. BOHB takes the largest budget with a model, whatever
+   it ranks like.
+
+Where every rung agrees (ρ near 1) the weights are all about 1 and the model budget is BOHB's: it
+is BOHB. `bohb` and `hyperband` stay as their papers define them, for comparisons.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+from tuning import fidelity
+from tuning.backend.bohb import PaperBOHB, VectorisedBOHB
+from tuning.backend.budget import TimeGate
+from tuning.backend.hyperband import PaperHyperBand
+
+log = logging.getLogger(__name__)
+
+MIN_TRIALS = fidelity.MIN_TRIALS  # pairs before a rung's ρ counts
+FLOOR = 0.05  # a misleading bracket keeps a small chance: the measurement itself may be wrong
+TRUST = 0.5  # a rung whose ρ with the top is below this does not propose
+
+
+class Agreement:
+    """Every rung result a run has seen, and each rung's ρ with the top, recomputed only when a
+    result arrived since (linear in the trials: tuning.fidelity)."""
+
+    def __init__(self):
+        self.curves: dict[str, dict[int, float]] = {}
+        self._cached: dict[int, float] | None = None
+
+    def observe(self, trial_id: str, budget: float, value: float) -> None:
+        self.curves.setdefault(trial_id, {})[int(budget)] = float(value)
+        self._cached = None
+
+    def rho(self) -> dict[int, float]:
+        """rung -> ρ with the top, for the rungs measured; the top itself maps to 1."""
+        if self._cached is None:
+            found = fidelity.agreement(self.curves, min_trials=MIN_TRIALS)
+            self._cached = {a.rung: a.rho for a in found if math.isfinite(a.rho)}
+            if found:
+                self._cached[found[0].top] = 1.0
+        return self._cached
+
+    def trusted(self, budget: float) -> bool:
+        rho = self.rho()
+        top = max(rho) if rho else None
+        if top is None or budget >= top or int(budget) not in rho:
+            return True  # nothing measured against it yet: trusted, as BOHB trusts every rung
+        return rho[int(budget)] >= TRUST
+
+    def weight(self, budget: float) -> float:
+        rho = self.rho().get(int(budget))
+        return 1.0 if rho is None else float(np.clip(rho, FLOOR, 1.0))
+
+
+class AgreeingBOHB(VectorisedBOHB):
+    """VectorisedBOHB proposing from the largest budget that agrees with the top."""
+
+    agreement = Agreement()  # replaced by AdaptiveBOHB with its run's own
+
+    def model_budget(self) -> float | None:
+        usable = [b for b in self.kde_models if self.agreement.trusted(b)]
+        return max(usable) if usable else None
+
+
+class AdaptiveBOHB(PaperBOHB):
+    """PaperBOHB whose observations also feed the run's Agreement, and whose model is AgreeingBOHB."""
+
+    model_class = AgreeingBOHB
+
+    def __init__(self, *args, **kwargs):
+        self.agreement = Agreement()
+        super().__init__(*args, **kwargs)
+
+    def _setup_bohb(self):
+        super()._setup_bohb()
+        self.bohber.agreement = self.agreement  # one object: TuneBOHB's save pickles both together
+
+    def observe(self, trial_id: str, budget: float, result: dict) -> None:
+        value = result.get(self.metric)
+        if isinstance(value, (int, float)) and math.isfinite(value):
+            self.agreement.observe(trial_id, budget, value)
+        super().observe(trial_id, budget, result)
+
+    def warm(self, rows: list[dict]) -> None:
+        for row in rows:  # an earlier run's curves say as much about the rungs as this run's
+            value = row.get(self.metric)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                self.agreement.observe(f"warm:{row['trial_id']}", row["training_iteration"], value)
+        super().warm(rows)
+
+
+class AdaptiveHyperBand(TimeGate, PaperHyperBand):
+    """PaperHyperBand whose next bracket's first rung is drawn by the agreement weights."""
+
+    def __init__(self, *args, model: AdaptiveBOHB, seed: int = 0, **kwargs):
+        super().__init__(*args, **kwargs)
+        # The model, not its Agreement: a resume restores the model's state into a new object.
+        self.model, self._rng = model, np.random.default_rng(seed)
+        self.chosen: list[int] = []  # the s of each bracket opened, in order
+
+    def _create_bracket(self, s: int):
+        candidates = [k for k in range(self._s_max_1) if self._get_r0(k) > 0]
+        weights = np.array([self.model.agreement.weight(self._get_r0(k)) for k in candidates])
+        s = int(self._rng.choice(candidates, p=weights / weights.sum()))
+        self.chosen.append(s)
+        log.debug("bracket s=%d (first rung %s) from weights %s", s, self._get_r0(s), dict(zip(candidates, weights)))
+        return super()._create_bracket(s)
