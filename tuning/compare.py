@@ -8,6 +8,10 @@ comparison measures the service itself), stops each run when its trials have tra
 between them, and keeps each finished run's rows on disk so a re-run only does what is missing.
 At the end it writes runs.csv/.parquet, experiment.json, provenance.json and the report.
 
+Beside the strategies, every comparison runs its peers (tuning/peers.py: Optuna's TPE, alone and
+under Optuna's Hyperband pruner) in process, without Ray, at the same budget: what a user would
+run instead. A replay:DIR space or a benchmark has them; the CIFAR trainer does not.
+
 A space "replay:DIR" (or --replay DIR) replays the learning curves a finished tuning.run recorded
 (tuning/replay.py): minutes instead of the training's hours, every epoch charged its recorded
 device-hours, regret measured against the best recorded configuration.
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from tuning import api, backend, cli, growth, replay, results, spaces, tracking
+from tuning import api, backend, cli, growth, peers, replay, results, spaces, tracking
 from tuning.report import comparison as report
 from tuning.cli import UsageError
 
@@ -50,6 +54,9 @@ class Experiment:
     # run of warm_from["strategy"] given warm_from["budget"] full evaluations, on seed + "seed_offset".
     warm_from: dict | None = None
     reference: str = "random"  # what the report's targets, speed-ups and tests compare against
+    # Run in process beside the strategies (tuning/peers.py), so every report shows how the service
+    # stands against what a user would pick instead; peers=() for none.
+    peers: tuple = peers.PEERS
 
 
 def load_experiment(path: str) -> tuple[str, Experiment]:
@@ -70,6 +77,10 @@ def load_experiment(path: str) -> tuple[str, Experiment]:
     if unknown:
         raise UsageError(f"{file}: strategy {unknown[0]!r} unknown: use any of {', '.join(spaces.STRATEGIES)}"
                          " (or one of them + '+warm', with warm_from)")
+    unknown = [p for p in exp.peers if p not in peers.PEERS]
+    if unknown:
+        raise UsageError(f"{file}: peer {unknown[0]!r} unknown: use any of {', '.join(peers.PEERS)}"
+                         " (or peers=() for none)")
     if any(s.endswith("+warm") for s in exp.strategies) and not exp.warm_from:
         raise UsageError(f"{file}: a '+warm' strategy needs warm_from={{'strategy': ..., 'budget': ...}}")
     try:
@@ -149,7 +160,8 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     params = list(space.params)
     out.mkdir(parents=True, exist_ok=True)
     (out / "runs").mkdir(exist_ok=True)
-    jobs = [(s, seed) for seed in seed_list for s in exp.strategies]
+    peer_names = _peers(exp, space)
+    jobs = [(s, seed) for seed in seed_list for s in (*exp.strategies, *peer_names)]
     todo = [(s, seed) for s, seed in jobs if not (out / "runs" / f"{s}-s{seed}.csv").exists()]
 
     source = _source(space, smoke)
@@ -158,7 +170,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
         # As many trials at once as the recorded run trained: the order results arrive in, which
         # the asynchronous schedulers act on, is then the recorded one.
         cpus = math.ceil(recorded.parallelism * space.cpus_per_trial)
-    if todo:  # Ray only when there is something to run
+    if any(s not in peer_names for s, _ in todo):  # Ray only when a strategy run is missing: peers run without it
         backend.start_ray(address=address, num_cpus=cpus)
     # On shared storage each comparison gets its own folder, its runs one each inside it.
     storage = f"{storage_path.rstrip('/')}/{out.name}" if storage_path else None
@@ -177,9 +189,12 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
             continue
         print(f"[{i}/{len(jobs)}] {run_id}: running ({budget:g} full evaluations of {max_t} iterations)", flush=True)
         started = time.monotonic()
-        warm = _warm(exp, strategy, seed, out, over, setting)
-        rows = _one_run(strategy=strategy.removesuffix("+warm"), seed=seed, budget=budget,
-                        run_dir=out / "runs" / run_id, **warm, **setting)
+        if strategy in peer_names:
+            rows = peers.run(strategy, space, seed=seed, budget=budget, max_t=max_t, recorded=recorded)
+        else:
+            warm = _warm(exp, strategy, seed, out, over, setting)
+            rows = _one_run(strategy=strategy.removesuffix("+warm"), seed=seed, budget=budget,
+                            run_dir=out / "runs" / run_id, **warm, **setting)
         df = _run_rows(rows, benchmark=space.trainer if space.trainer != "cifar" else name, strategy=strategy,
                        seed=seed, max_t=max_t, params=params, cpus=space.cpus_per_trial, metric=space.metric)
         _write_csv(df, done)
@@ -195,12 +210,20 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     _write_csv(runs, out / "runs.csv")
     runs.to_parquet(out / "runs.parquet", index=False)
     write_records(out, name, exp, space, source, smoke=smoke, budget=budget, max_t=max_t, seeds=seed_list,
-                   argv=argv, recorded=recorded)
+                   argv=argv, recorded=recorded, peer_names=peer_names)
     written = report.write_report(out)
     if tracker is not None:
         for line in tracker.finish({k: v for k, v in written.items() if k in ("html", "markdown")}):
             print(line, flush=True)
     return written["html"]
+
+
+def _peers(exp: Experiment, space: spaces.Space) -> tuple:
+    """The experiment's peers, where this space's trainer can be evaluated in process."""
+    if exp.peers and not peers.supported(space):
+        log.info("%s: %s", spaces.trainer_name(space.trainer), peers.NOT_RUN)
+        return ()
+    return tuple(exp.peers)
 
 
 def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
@@ -218,9 +241,10 @@ def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
 
 def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, source, *, smoke: bool,
                    budget: float, max_t: int, seeds: list[int], argv: list[str],
-                   recorded: replay.Recorded | None = None) -> None:
+                   recorded: replay.Recorded | None = None, peer_names: tuple = ()) -> None:
     """experiment.json (what was compared, as the report reads it) and provenance.json (how). A
-    replay's regret is measured against the best recorded configuration, which the space holds."""
+    replay's regret is measured against the best recorded configuration, which the space holds.
+    peers: the peers whose rows are in runs.csv; peers_not_run: why the declared ones are not."""
     from tuning.benchmarks import BENCHMARKS
 
     bench = BENCHMARKS.get(space.trainer)
@@ -234,7 +258,8 @@ def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, so
         "params": list(space.params), "optimum": known.get("optimum"),
         "regret": known.get("regret"), "dims": known.get("dims"),
         "description": exp.description, "space": results.portable(exp.space), "smoke": smoke,
-        "reference": exp.reference, "warm_from": exp.warm_from,
+        "reference": exp.reference, "warm_from": exp.warm_from, "peers": list(peer_names),
+        **({"peers_not_run": peers.NOT_RUN} if exp.peers and not peers.supported(space) else {}),
         **({"replay": {**replayed, "dir": results.portable(replayed["dir"])}} if replayed else {})})
     results.write_json(out / "provenance.json", {  # paths as results.portable gives them: these get committed
         "command": "python -m tuning.compare " + " ".join(map(results.portable, argv)),

@@ -100,6 +100,12 @@ def incumbent_on_grid(run: pd.DataFrame, grid, x: str = "consumed_budget", value
     return out
 
 
+def label(strategy: str, peers) -> str:
+    """How tables and legends name a run's strategy: a peer (tuning/peers.py, experiment.json's
+    "peers") is marked, so it is never read as one of the service's own strategies."""
+    return f"{strategy} (peer)" if strategy in peers else strategy
+
+
 def _order(runs: pd.DataFrame, exp: dict) -> list[str]:
     have = list(dict.fromkeys(runs["strategy"]))
     return [s for s in exp.get("strategies", []) if s in have] + [s for s in have if s not in exp.get("strategies", [])]
@@ -190,12 +196,12 @@ def summarize(runs: pd.DataFrame, exp: dict) -> dict:
         table["speedup"] = [b2t[ref] / b2t[s] if math.isfinite(b2t[s]) and math.isfinite(b2t[ref])
                             else math.nan for s in table["strategy"]]
     return {"per_run": pr, "table": table, "tests": pd.DataFrame(tests), "target": target,
-            "strategies": strategies, "sign": sign, "reference": ref}
+            "strategies": strategies, "sign": sign, "reference": ref, "peers": list(exp.get("peers") or [])}
 
 
 def stopped_early(pr: pd.DataFrame, exp: dict, strategies: list[str]) -> list[str]:
     """A sentence per strategy whose runs ended more than one full evaluation below the budget."""
-    out, budget = [], float(exp["budget"])
+    out, budget, peers = [], float(exp["budget"]), exp.get("peers") or []
     for s in strategies:
         p = pr[pr["strategy"] == s]
         short = p[p["budget_used"] < budget - 1]
@@ -203,7 +209,7 @@ def stopped_early(pr: pd.DataFrame, exp: dict, strategies: list[str]) -> list[st
             continue
         lo, hi = short["budget_used"].min(), short["budget_used"].max()
         used = f"{lo:.3g}" if math.isclose(lo, hi) else f"{lo:.3g}-{hi:.3g}"
-        what = "grid exhausted" if s == "grid" else f"{s} stopped early (its search ended)"
+        what = "grid exhausted" if s == "grid" else f"{label(s, peers)} stopped early (its search ended)"
         out.append(f"{what} after {used} of {budget:g} full evaluations in {len(short)} of {len(p)} runs")
     return out
 
@@ -219,11 +225,12 @@ def best_configs(runs: pd.DataFrame, exp: dict, strategies: list[str], sign: int
         r = ff.loc[(sign * ff["value"]).idxmin()]
         extra = ["accuracy"] if "accuracy" in runs.columns and pd.notna(r.get("accuracy")) else []
         params = [p for p in exp.get("params", []) if p in runs.columns]
-        rows.append({"strategy": s, "run": r["run_id"], "trial": r["trial_id"],
+        rows.append({"strategy": label(s, exp.get("peers") or []), "run": r["run_id"], "trial": r["trial_id"],
                      **({"regret": r["value"]} if exp.get("regret") else {}), metric: r[metric],
                      **{k: r[k] for k in extra},
                      **{k: "—" if pd.isna(r[k]) or r[k] == "" else r[k] for k in params}})
     return pd.DataFrame(rows)
+
 
 def rank_agreement(runs: pd.DataFrame, exp: dict) -> tuple[list[fidelity.Agreement], int]:
     """(tuning.fidelity's agreements at the rungs a report shows, trials in all): every run's

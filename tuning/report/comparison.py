@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from tuning import cli, fidelity, replay, results
-from tuning.report.analysis import (ALPHA, ReportError, anytime_curves, best_configs, load, make_grid,
+from tuning import peers as peer_runs
+from tuning.report.analysis import (ALPHA, ReportError, anytime_curves, best_configs, label, load, make_grid,
                              rank_agreement, stopped_early, summarize)
 from tuning.report.render import flatten, number, render_html, render_markdown
 
@@ -54,8 +55,9 @@ def plot_anytime(runs: pd.DataFrame, exp: dict, strategies: list[str], sign: int
             if log_y:  # regret 0 (the optimum found) and mean - SE < 0 cannot be drawn on a log axis
                 lowest = min([lowest, *(v[v > REGRET_FLOOR].min() for v in (mean, lo) if (v > REGRET_FLOOR).any())])
                 mean, lo, hi = (np.maximum(v, REGRET_FLOOR) for v in (mean, lo, hi))
-            ax.plot(grid, mean, color=color[s], drawstyle="steps-post", lw=2,
-                    label=f"{s} (n={c['n']})")
+            peer = s in (exp.get("peers") or [])  # dashed: run in process by Optuna, not by the service
+            ax.plot(grid, mean, color=color[s], drawstyle="steps-post", lw=2, ls="--" if peer else "-",
+                    label=f"{label(s, exp.get('peers') or [])} (n={c['n']})")
             if c["n"] > 1:
                 ax.fill_between(grid, lo, hi, color=color[s], alpha=0.2, step="post", lw=0)
         if log_x:
@@ -146,13 +148,14 @@ def _verdicts(summary: dict, unit: str) -> list[str]:
     ref, name = summary["reference"], _name(summary["reference"])
     for _, r in summary["tests"].iterrows():
         s, d = r["strategy"], r["delta_median"]
+        shown = label(s, summary["peers"])
         nums = f"median {number(r['median'])} vs {number(r['median_reference'])}, p={r['p']:.2g}"
         if r["p"] < ALPHA:
             better = summary["sign"] * d < 0
-            text = (f"{s}: final {unit} {'lower' if d < 0 else 'higher'} than {name}'s ({nums}), "
+            text = (f"{shown}: final {unit} {'lower' if d < 0 else 'higher'} than {name}'s ({nums}), "
                     f"so {'better' if better else 'worse'} than {ref} at this budget.")
         else:
-            text = f"{s}: no significant difference from {name} ({nums})."
+            text = f"{shown}: no significant difference from {name} ({nums})."
             if r["min_p"] >= ALPHA:
                 text += (f" With {r['n']} and {r['n_reference']} seeds the test cannot give p below "
                          f"{r['min_p']:.2g}, so more seeds are needed to show any difference.")
@@ -170,7 +173,10 @@ def _measured(runs, exp, prov, strategies) -> list[str]:
                                         "Falkner et al., ICML 2018; 0 at the optimum)",
             "difference": f"regret = loss - optimum ({number(exp.get('optimum'), 6)})"}.get(exp.get("regret"))
     data = {k: v for k, v in flatten(prov or {}) if k.split(".")[-1] in ("kind", "data")}
-    return [f"{len(strategies)} strategies ({', '.join(strategies)}) x {len(seeds)} seeds "
+    peers = [s for s in strategies if s in (exp.get("peers") or [])]  # run in process by Optuna
+    own = [s for s in strategies if s not in peers]
+    ran = " and ".join(f"{len(g)} {noun} ({', '.join(g)})" for g, noun in ((own, "strategies"), (peers, "peers")) if g)
+    return [f"{ran} x {len(seeds)} seeds "
             f"({', '.join(map(str, seeds))}); {runs['run_id'].nunique()} runs, {len(runs)} reported "
             f"evaluations. Each run was given {exp['budget']:g} full evaluations of budget "
             f"(a full evaluation = {exp['max_t']} iterations).",
@@ -185,6 +191,7 @@ def _measured(runs, exp, prov, strategies) -> list[str]:
                "and a mean - SE below 0 are drawn at that floor, below the axis's lower edge, so a "
                "line or band leaving the bottom edge went below what the axis shows."]
               if exp.get("regret") else []),
+            *peer_runs.report_lines(exp),
             *([f"Data ({k}): {v}" for k, v in data.items()])]
 
 
@@ -192,7 +199,7 @@ def _finals(summary: dict, metric: str, unit: str) -> list[tuple]:
     """The final table and what its target columns mean."""
     stats, ref = summary["table"], summary["reference"]
     table = pd.DataFrame({
-        "strategy": stats["strategy"], "n": stats["n"],
+        "strategy": [label(s, summary["peers"]) for s in stats["strategy"]], "n": stats["n"],
         f"final {unit} mean ± std": [f"{number(m)} ± {number(s, 2)}"
                                      for m, s in zip(stats["final_mean"], stats["final_std"])],
         **({f"final {metric} mean ± std": [f"{number(m)} ± {number(s, 2)}" for m, s in
@@ -228,7 +235,8 @@ def _significance(summary: dict, unit: str) -> list[tuple]:
         return blocks + [("p", "Not computed: " + (f"no {name} runs." if ref not in summary["strategies"] else
                                                    "fewer than 2 seeds with a result."))]
     return blocks + [("table", pd.DataFrame({
-                         "strategy": tests["strategy"], "n": tests["n"], f"n {ref}": tests["n_reference"],
+                         "strategy": [label(s, summary["peers"]) for s in tests["strategy"]], "n": tests["n"],
+                         f"n {ref}": tests["n_reference"],
                          f"median final {unit}": [number(v) for v in tests["median"]],
                          f"{ref}'s median": [number(v) for v in tests["median_reference"]],
                          "difference of medians": [number(v) for v in tests["delta_median"]],
