@@ -12,10 +12,11 @@ import pytest
 
 from cli_helpers import refused
 from conftest import ROOT
-from tuning import compare
+from tuning import compare, peers
 from tuning.report import analysis
 
 STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "tpe")  # experiments/counting_ones
+RUNS = STRATEGIES + peers.PEERS  # and the peers every comparison runs beside them, in process (tuning/peers.py)
 FILES = ["runs.csv", "runs.parquet", "experiment.json", "provenance.json", "report.md", "report.html",
          "report-anytime.png", "finals.csv"]
 
@@ -40,10 +41,11 @@ def test_smoke_comparison_writes_every_file(smoke):
     for name in FILES:
         assert (out / name).stat().st_size > 0, name
     assert sorted(p.name for p in (out / "runs").glob("*.csv")) == sorted(
-        f"{s}-s0.csv" for s in STRATEGIES)
-    # Progress says which run of how many is going.
-    runs = len(STRATEGIES)
-    assert f"[1/{runs}] grid-s0: running" in proc.stdout and f"[{runs}/{runs}] tpe-s0: done" in proc.stdout
+        f"{s}-s0.csv" for s in RUNS)
+    # Progress says which run of how many is going; the peers come after the strategies.
+    runs = len(RUNS)
+    assert f"[1/{runs}] grid-s0: running" in proc.stdout and f"[{len(STRATEGIES)}/{runs}] tpe-s0: done" in proc.stdout
+    assert f"[{runs}/{runs}] optuna_tpe_hb-s0: done" in proc.stdout
 
 
 def test_strategy_runs_get_equal_budgets(smoke):
@@ -56,13 +58,13 @@ def test_strategy_runs_get_equal_budgets(smoke):
     kept = pd.concat(pd.read_csv(f) for f in (smoke[1] / "runs").glob("*.csv"))
     overshoot = kept.groupby("run_id")["consumed_budget"].max() - exp["budget"]
     assert (overshoot < 1).all(), overshoot.to_dict()  # never a whole trial's budget more
-    assert runs.groupby("run_id")["strategy"].first().value_counts().to_dict() == dict.fromkeys(STRATEGIES, 1)
+    assert runs.groupby("run_id")["strategy"].first().value_counts().to_dict() == dict.fromkeys(RUNS, 1)
 
 
 def test_every_run_is_tagged_and_no_epoch_trained_twice(smoke):
     runs = pd.read_csv(smoke[1] / "runs.csv")
     assert set(runs["benchmark"]) == {"counting_ones"}
-    assert set(zip(runs["strategy"], runs["seed"])) == {(s, 0) for s in STRATEGIES}
+    assert set(zip(runs["strategy"], runs["seed"])) == {(s, 0) for s in RUNS}
     assert not runs.duplicated(["run_id", "trial_id", "epoch"]).any()  # BOHB resumed, not restarted
     for strategy in ("hyperband", "bohb", "tpe"):  # resumed past a rung, not restarted
         paused = runs[runs["strategy"] == strategy]
@@ -122,7 +124,7 @@ def test_rerun_skips_finished_runs(smoke):
     stamps = {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")}
     proc = _compare("experiments/counting_ones", "--smoke", "--seeds", "1", "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.count("finished in an earlier invocation, kept") == len(STRATEGIES)
+    assert proc.stdout.count("finished in an earlier invocation, kept") == len(RUNS)
     assert "running" not in proc.stdout
     assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")} == stamps
 

@@ -172,7 +172,7 @@ def test_compare_smoke_runs_and_respects_the_conditions(tmp_path, space):
     exp = tmp_path / "branches_smoke.py"
     exp.write_text("from tuning.compare import Experiment\n"
                    "EXPERIMENT = Experiment(space='conditional_branches', budget=4, max_epochs=3, seeds=(0,),\n"
-                   "                        strategies=('grid', 'random', 'bohb'))\n")
+                   "                        strategies=('grid', 'random', 'bohb'), peers=())\n")
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "tuning.compare", str(exp), "--smoke", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=280)

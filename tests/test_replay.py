@@ -214,7 +214,8 @@ def test_the_replay_experiment_runs_in_smoke_size(tmp_path):
     exp = json.loads((out / "experiment.json").read_text())
     assert exp["replay"]["best"] == "559bb171" and exp["regret"] == "difference"
     runs = pd.read_csv(out / "runs.csv", dtype={"trial_id": str, "recorded_trial": str})
-    assert sorted(runs["strategy"].unique()) == sorted(compare.load_experiment("experiments/cifar_replay")[1].strategies)
+    declared = compare.load_experiment("experiments/cifar_replay")[1]
+    assert sorted(runs["strategy"].unique()) == sorted(declared.strategies + declared.peers)  # peers replay in process
     assert runs["seed"].nunique() == 2
     # Device-hours: the recorded cost of the epochs replayed so far, in each run.
     epochs = _csv(CALIBRATION / "epochs.csv").set_index(["trial_id", "training_iteration"])
@@ -240,7 +241,7 @@ def test_any_finished_run_can_be_replayed_with_one_command(tmp_path):
     assert (exp["metric"], exp["mode"], exp["max_t"]) == ("score", "max", 2)
     assert exp["replay"]["best"] == "t2" and exp["optimum"] == 0.9 * 2 + 3
     finals = pd.read_csv(out / "finals.csv")
-    assert len(finals) == len(spaces.STRATEGIES) and (finals["final"] >= 0).all()  # regret against the best recorded
+    assert len(finals) == len(spaces.STRATEGIES) + 2 and (finals["final"] >= 0).all()  # regret against the best recorded
     assert "Replayed: which recorded configuration" in (out / "report.md").read_text()
 
 

@@ -225,7 +225,7 @@ def test_sigkill_then_resume_keeps_one_parent_and_logs_no_trial_or_epoch_twice(s
 def test_a_comparison_is_one_parent_with_a_run_per_strategy_and_seed(server, tmp_path):
     exp = tmp_path / "two.py"
     exp.write_text("from tuning.compare import Experiment\nEXPERIMENT = Experiment(space='counting_ones', budget=2, "
-                   "seeds=(0,), strategies=('random', 'asha'), max_epochs=3)\n")
+                   "seeds=(0,), strategies=('random', 'asha'), max_epochs=3, peers=())\n")
     done = subprocess.run([sys.executable, "-m", "tuning.compare", str(exp.with_suffix("")), "--out",
                            str(tmp_path / "out"), "--mlflow", server.url], cwd=ROOT, env=_env(),
                           capture_output=True, text=True, timeout=500)
