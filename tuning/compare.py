@@ -48,7 +48,7 @@ class Experiment:
     seeds: tuple = tuple(range(10))
     strategies: tuple = spaces.STRATEGIES
     max_epochs: int | None = None  # the space's unless set
-    smoke: dict = field(default_factory=dict)  # overrides under --smoke: budget, seeds, max_epochs, warm_budget
+    smoke: dict = field(default_factory=dict)  # overrides under --smoke: budget, seeds, max_epochs, warm_budget, tasks
     description: str = ""
     # A strategy named "<strategy>+warm" runs warm-started (tuning.run --warm-start) from an earlier
     # run of warm_from["strategy"] given warm_from["budget"] full evaluations, on seed + "seed_offset".
@@ -57,6 +57,9 @@ class Experiment:
     # Run in process beside the strategies (tuning/peers.py), so every report shows how the service
     # stands against what a user would pick instead; peers=() for none.
     peers: tuple = peers.PEERS
+    # Benchmarks (tuning.benchmarks names) to run the space over, each task its own comparison in
+    # <out>/<task>/ and a summary across them (tuning/report/tasks.py); () for the space's trainer.
+    tasks: tuple = ()
 
 
 def load_experiment(path: str) -> tuple[str, Experiment]:
@@ -89,7 +92,17 @@ def load_experiment(path: str) -> tuple[str, Experiment]:
         raise UsageError(f"{file}: space/benchmark {exp.space!r}: {exc}") from None
     if not exp.seeds or exp.budget <= 0:
         raise UsageError(f"{file}: an experiment needs at least one seed and a positive budget")
+    check_tasks(exp.tasks, f"{file}: tasks")
     return file.stem, exp
+
+
+def check_tasks(tasks, what: str) -> None:
+    from tuning.benchmarks import BENCHMARKS
+
+    unknown = [t for t in tasks if t not in BENCHMARKS]
+    if unknown:  # held-out tasks are never registered (tuning/realbench.py), so they are refused here
+        raise UsageError(f"{what}: {unknown[0]!r} is no benchmark: use names from tuning.benchmarks, e.g. "
+                         "lcbench_3945 (LCBench's development tasks only), hpobench_car, fcnet_naval_propulsion")
 
 
 def replay_experiment(folder: str) -> tuple[str, Experiment]:
@@ -144,12 +157,27 @@ def _write_csv(df: pd.DataFrame, path: Path) -> None:
     results.write_atomic(path, lambda p: df.to_csv(p, index=False))
 
 
+def run_tasks(name: str, exp: Experiment, out: Path, *, tasks: tuple, argv: list[str], **kwargs) -> Path:
+    """Each task's comparison in <out>/<task>/ (finished runs kept, as ever), then the summary over
+    every task folder that has finished (tasks=: a subset now, to split a long experiment)."""
+    for i, task in enumerate(tasks, start=1):
+        print(f"== task {task} ({i}/{len(tasks)})", flush=True)
+        run(f"{name}-{task}", exp, out / task, trainer=task, argv=argv, **kwargs)
+    done = {t: out / t for t in exp.tasks if (out / t / "finals.csv").exists()}
+    from tuning.report import tasks as summary
+
+    return summary.write_summary(out, done, description=exp.description,
+                                 command="python -m tuning.compare " + " ".join(map(results.portable, argv)))["markdown"]
+
+
 def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None, budget: float | None,
         argv: list[str], address: str | None = None, storage_path: str | None = None,
-        track: tracking.Target | None = None) -> Path:
+        track: tracking.Target | None = None, trainer: str | None = None) -> Path:
     """The comparison; track: also log it to MLflow (tuning.tracking.Comparison), whose lines are
-    printed at the end."""
+    printed at the end; trainer: one of the experiment's tasks instead of the space's trainer."""
     space, recorded = _space(exp.space)
+    if trainer:
+        space = space.replace(trainer=trainer)
     over = exp.smoke if smoke else {}
     max_t = over.get("max_epochs") or exp.max_epochs or space.max_epochs
     if recorded is not None:  # before anything is written: more epochs than recorded is bad input
@@ -330,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=cli.positive_int, help="run seeds 0..N-1 instead of the experiment's")
     p.add_argument("--budget", type=cli.positive_float,
                    help="full evaluations per strategy run, instead of the experiment's")
+    p.add_argument("--tasks", type=lambda v: tuple(t for t in v.split(",") if t), metavar="TASK,...",
+                   help="of an experiment over several tasks, run only these now (the summary covers every task "
+                        "finished so far): a long experiment split across sittings")
     p.add_argument("--out", help="output folder (default results/compare/<name>[-smoke]); finished runs "
                                  "in it are kept, not run again")
     p.add_argument("--address", metavar="auto|HOST:PORT",
@@ -352,8 +383,14 @@ def main(argv: list[str] | None = None) -> int:
             name, exp = load_experiment(args.experiment) if args.replay is None else replay_experiment(args.replay)
             out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
             track = tracking.check(args.mlflow, args.mlflow_experiment, f"compare-{name}", out.absolute())
-            html = run(name, exp, out, smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv,
-                       address=args.address, storage_path=args.storage_path, track=track)
+            setting = dict(smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv, address=args.address,
+                           storage_path=args.storage_path, track=track)
+            if args.tasks and not set(args.tasks) <= set(exp.tasks):
+                raise UsageError(f"--tasks: {sorted(set(args.tasks) - set(exp.tasks))[0]!r} is not one of the "
+                                 f"experiment's tasks ({', '.join(exp.tasks) or 'it has none'})")
+            # --smoke: the experiment's first smoke["tasks"] tasks
+            tasks = args.tasks or exp.tasks[:exp.smoke.get("tasks") if args.smoke else None]
+            html = (run_tasks(name, exp, out, tasks=tasks, **setting) if exp.tasks else run(name, exp, out, **setting))
         except (cli.TuningError, report.ReportError, backend.ClusterError, results.ReadError) as exc:
             print(f"tuning.compare: error: {exc}", file=sys.stderr)
             return 2
@@ -365,7 +402,10 @@ def main(argv: list[str] | None = None) -> int:
             print("tuning.compare: interrupted; finished runs are kept: run the same command again to go on",
                   file=sys.stderr)
             return cli.interrupted_status()
-    print(f"\nReport: {html}\n        {Path(html).with_suffix('.md')}\nRows:   {out / 'runs.csv'}")
+    if exp.tasks:
+        print(f"\nSummary: {html}\nTasks:   {', '.join(str(out / t / 'report.md') for t in tasks)}")
+    else:
+        print(f"\nReport: {html}\n        {Path(html).with_suffix('.md')}\nRows:   {out / 'runs.csv'}")
     return 0
 
 
