@@ -12,8 +12,8 @@ EXPERIMENT = Experiment(
     seeds=tuple(range(10)),
     strategies=("grid", "random", "asha", "hyperband", "bohb", "adaptive", "tpe"),
     tasks=tuple(f"lcbench_{t}" for t in LCBENCH_TASKS[::5]),
-    # Smoke: two tasks, one seed, 4 full evaluations (max_t 27: rungs 1, 3, 9, 27).
-    smoke={"budget": 4, "seeds": 1, "tasks": 2},
+    # Smoke: one task, one seed, 4 full evaluations (max_t 27: rungs 1, 3, 9, 27).
+    smoke={"budget": 4, "seeds": 1, "tasks": 1},
     description="LCBench (YAHPO Gym's surrogate of real MLP learning curves), six development tasks; loss = "
                 "100 - validation accuracy (%), regret in accuracy points against the best of 200,000 random "
                 "configurations at epoch 27.",
