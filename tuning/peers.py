@@ -75,8 +75,6 @@ def _evaluator(space: spaces.Space, max_t: int, seed: int,
 
 
 def _suggest(trial, name: str, p: spaces.Param):
-    # As tuning/backend/tpe.py's _suggest (which imports Ray): the same calls, so the peer and the
-    # tpe strategy sample one space the same way.
     if isinstance(p, (spaces.LogUniform, spaces.Uniform)):
         return trial.suggest_float(name, p.low, p.high, log=isinstance(p, spaces.LogUniform))
     if isinstance(p, (spaces.IntUniform, spaces.IntLogUniform)):
@@ -84,9 +82,11 @@ def _suggest(trial, name: str, p: spaces.Param):
     return trial.suggest_categorical(name, list(p.values))
 
 
-def _config(trial, params: dict) -> dict:
-    """Define-by-run, as tpe.DefineByRun: parents first, a parameter asked for only where its
-    conditions hold, so an inactive one is never sampled (and absent from the configuration)."""
+def ask(trial, params: dict) -> dict:
+    """The space as Optuna's define-by-run, for the peers and the tpe strategy alike (so both sample
+    one space the same way): parents first, a parameter asked for only where its conditions hold,
+    so an inactive one is never sampled (absent from the configuration) and TPE fits each parameter
+    on the trials where it existed."""
     chosen: dict = {}
     for name in conditions.order(params):
         if conditions.holds(params[name], chosen):
@@ -119,7 +119,7 @@ def run(peer: str, space: spaces.Space, *, seed: int, budget: float, max_t: int,
     started = time.monotonic()
 
     def objective(trial) -> float:
-        config = _config(trial, space.params)
+        config = ask(trial, space.params)
         curve, trial_id = curve_of(config), f"t{trial.number:05d}"
         value = space.worst
         for t in range(1, max_t + 1):

@@ -18,31 +18,18 @@ from __future__ import annotations
 import optuna
 from ray.tune.search.optuna import OptunaSearch
 
-from tuning import conditions, spaces
+from tuning import peers, spaces
 
 
 class DefineByRun:
-    """The space as an Optuna define-by-run function: parents first, and a parameter asked for
-    only where its conditions hold, so an inactive one is never sampled and TPE fits each
-    parameter on the trials where it existed. A class, not a closure: OptunaSearch pickles it
-    with its state for resumes."""
+    """The space as an Optuna define-by-run function (tuning.peers.ask). A class, not a closure:
+    OptunaSearch pickles it with its state for resumes."""
 
     def __init__(self, params: dict):
         self.params = params
 
     def __call__(self, trial) -> None:
-        chosen: dict = {}
-        for name in conditions.order(self.params):
-            if conditions.holds(self.params[name], chosen):
-                chosen[name] = _suggest(trial, name, self.params[name])
-
-
-def _suggest(trial, name: str, p: spaces.Param):
-    if isinstance(p, (spaces.LogUniform, spaces.Uniform)):
-        return trial.suggest_float(name, p.low, p.high, log=isinstance(p, spaces.LogUniform))
-    if isinstance(p, (spaces.IntUniform, spaces.IntLogUniform)):
-        return trial.suggest_int(name, p.low, p.high, log=isinstance(p, spaces.IntLogUniform))
-    return trial.suggest_categorical(name, list(p.values))
+        peers.ask(trial, self.params)
 
 
 class PrunedAware(OptunaSearch):
