@@ -1,4 +1,4 @@
-"""Counting ones, 16 dimensions (BOHB paper, section 5.1): all six strategies, 10 seeds, 100 full
+"""Counting ones, 16 dimensions (BOHB paper, section 5.1): all seven strategies, 10 seeds, 100 full
 evaluations (81 iterations each) per strategy run."""
 
 from tuning.compare import Experiment
@@ -7,7 +7,7 @@ EXPERIMENT = Experiment(
     space="counting_ones",
     budget=100,  # full evaluations (b = 729 samples) per run: what random search gets 100 tries at
     seeds=tuple(range(10)),
-    strategies=("grid", "random", "asha", "hyperband", "bohb", "tpe"),
+    strategies=("grid", "random", "asha", "hyperband", "bohb", "adaptive", "tpe"),
     # Smoke budget 6: Hyperband's first bracket costs 3.7 full evaluations on its own, and about one
     # more while the second worker fills rung waits from the next bracket; at 4 a seed could end
     # without a full-fidelity result. --smoke runs on 2 CPUs on any machine (tuning.cli.SMOKE_CPUS),

@@ -15,7 +15,7 @@ from conftest import ROOT
 from tuning import compare, peers
 from tuning.report import analysis
 
-STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "tpe")  # experiments/counting_ones
+STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "adaptive", "tpe")  # experiments/counting_ones
 RUNS = STRATEGIES + peers.PEERS  # and the peers every comparison runs beside them, in process (tuning/peers.py)
 FILES = ["runs.csv", "runs.parquet", "experiment.json", "provenance.json", "report.md", "report.html",
          "report-anytime.png", "finals.csv"]

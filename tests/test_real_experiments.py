@@ -60,4 +60,6 @@ def test_a_task_that_is_no_development_benchmark_is_refused(tmp_path, capsys):
     refused(capsys, compare.main, [str(held_out), "--out", str(tmp_path / "o")], "'lcbench_167152' is no benchmark")
     refused(capsys, compare.main, ["experiments/lcbench", "--tasks", "lcbench_7593", "--out", str(tmp_path / "o")],
             "--tasks", "not one of the experiment's tasks")
+    refused(capsys, compare.main, ["experiments/lcbench", "--strategies", "bohb,smac", "--out", str(tmp_path / "o")],
+            "--strategies", "'smac' is not one of the experiment's strategies or peers")
     assert not (tmp_path / "o").exists()

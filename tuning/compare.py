@@ -19,6 +19,7 @@ device-hours, regret measured against the best recorded configuration.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -358,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=cli.positive_int, help="run seeds 0..N-1 instead of the experiment's")
     p.add_argument("--budget", type=cli.positive_float,
                    help="full evaluations per strategy run, instead of the experiment's")
+    p.add_argument("--strategies", type=lambda v: tuple(t for t in v.split(",") if t), metavar="NAME,...",
+                   help="run only these of the experiment's strategies and peers now (the report covers those "
+                        "alone; run the rest later into the same --out and the report covers all)")
     p.add_argument("--tasks", type=lambda v: tuple(t for t in v.split(",") if t), metavar="TASK,...",
                    help="of an experiment over several tasks, run only these now (the summary covers every task "
                         "finished so far): a long experiment split across sittings")
@@ -383,6 +387,13 @@ def main(argv: list[str] | None = None) -> int:
             name, exp = load_experiment(args.experiment) if args.replay is None else replay_experiment(args.replay)
             out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
             track = tracking.check(args.mlflow, args.mlflow_experiment, f"compare-{name}", out.absolute())
+            if args.strategies:
+                declared = (*exp.strategies, *exp.peers)
+                if not set(args.strategies) <= set(declared):
+                    raise UsageError(f"--strategies: {sorted(set(args.strategies) - set(declared))[0]!r} is not one of "
+                                     f"the experiment's strategies or peers ({', '.join(declared)})")
+                exp = dataclasses.replace(exp, strategies=tuple(s for s in exp.strategies if s in args.strategies),
+                                          peers=tuple(s for s in exp.peers if s in args.strategies))
             setting = dict(smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv, address=args.address,
                            storage_path=args.storage_path, track=track)
             if args.tasks and not set(args.tasks) <= set(exp.tasks):
