@@ -12,11 +12,11 @@ search() and resume() import torch and Ray when called, not when tuning is impor
 """
 
 from tuning.cli import TuningError
-from tuning.spaces import Choice, IntUniform, LogUniform, Space, Uniform
+from tuning.spaces import Choice, IntLogUniform, IntUniform, LogUniform, Space, SpaceError, Uniform
 
 __version__ = "0.1.0"
-__all__ = ["search", "resume", "SearchResult", "Best", "Space", "LogUniform", "Uniform", "IntUniform", "Choice",
-           "TuningError"]
+__all__ = ["search", "resume", "SearchResult", "Best", "Space", "LogUniform", "Uniform", "IntUniform",
+           "IntLogUniform", "Choice", "TuningError", "SpaceError"]
 
 
 def __getattr__(name: str):

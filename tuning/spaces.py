@@ -48,6 +48,24 @@ def _when(declaration) -> None:
 _WHEN = field(default=None, hash=False)
 
 
+def _no_log(declaration, log) -> None:
+    """`log=` is Ray's and Optuna's way (tune.uniform has a loguniform twin, suggest_float takes
+    log=True); here a log scale is a type of its own. Refused in one line naming it, rather than
+    Python's unexpected-keyword TypeError."""
+    if log is None:
+        return
+    kind = type(declaration).__name__
+    scaled = kind in ("LogUniform", "IntLogUniform")
+    if bool(log) == scaled:  # what the type is anyway
+        return
+    twin = {"Uniform": "LogUniform", "IntUniform": "IntLogUniform", "LogUniform": "Uniform",
+            "IntLogUniform": "IntUniform"}[kind]
+    why = (f"{kind} is log-scaled by its type: declare {twin}({declaration.low}, {declaration.high}) for a linear "
+           "scale" if scaled else f"a log scale is a type of its own here: declare "
+           f"{twin}({declaration.low}, {declaration.high}) instead")
+    raise SpaceError(f"{kind}(..., log={log!r}): {why}")
+
+
 @dataclass(frozen=True)
 class _Range:
     """A continuous range from low to high; its grid is `grid` points, spaced as the subclass says."""
@@ -56,10 +74,12 @@ class _Range:
     high: float
     grid: int = 3
     when: dict | None = _WHEN
+    log: dataclasses.InitVar[bool | None] = None  # refused unless it says what the type is (_no_log)
     positive = False  # whether low must be above 0 (a class setting, not a field)
 
-    def __post_init__(self):
+    def __post_init__(self, log=None):
         _when(self)
+        _no_log(self, log)
         kind = type(self).__name__
         if not (0 < self.low < self.high if self.positive else self.low < self.high):
             raise SpaceError(f"{kind} needs {'0 < ' if self.positive else ''}low < high, "
@@ -99,9 +119,11 @@ class IntUniform:
     high: int
     grid: int | None = None
     when: dict | None = _WHEN
+    log: dataclasses.InitVar[bool | None] = None  # refused when True (_no_log)
 
-    def __post_init__(self):
+    def __post_init__(self, log=None):
         _when(self)
+        _no_log(self, log)
         if not self.low < self.high:
             raise SpaceError(f"IntUniform needs low < high, got low={self.low} high={self.high}")
 
@@ -120,9 +142,11 @@ class IntLogUniform:
     high: int
     grid: int = 4
     when: dict | None = _WHEN
+    log: dataclasses.InitVar[bool | None] = None  # refused when False (_no_log)
 
-    def __post_init__(self):
+    def __post_init__(self, log=None):
         _when(self)
+        _no_log(self, log)
         if not 0 < self.low < self.high:
             raise SpaceError(f"IntLogUniform needs 0 < low < high, got low={self.low} high={self.high}")
         if self.grid < 1:
