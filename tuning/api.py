@@ -84,6 +84,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     seed = space.seed if seed is None else seed
     _check_trainer(space, workers_per_trial or space.workers_per_trial)
     _check_replay(space, max_epochs or small.get("max_epochs") or space.max_epochs)
+    returns = _returns_metrics(space, strategy)
     rec = records.RunRecord(
         space=space.name, strategy=strategy, seed=seed, num_samples=num_samples,
         max_epochs=max_epochs or small.get("max_epochs") or space.max_epochs,
@@ -94,6 +95,8 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         data_args={"kind": data or ("synthetic" if smoke else "auto"), "data_dir": str(Path(data_dir).absolute()),
                    "seed": seed, "synthetic_train": small.get("synthetic_train", 50_000),
                    "synthetic_test": small.get("synthetic_test", 10_000)})
+    if returns:  # one report per trial, its full budget; the trainer is still passed the declared epochs
+        rec.trainer_epochs, rec.max_epochs = rec.max_epochs, 1
     label = Path(space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]).stem
     folder = Path(results_dir or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
     track = tracking.check(mlflow, mlflow_experiment, label, folder)  # before Ray and before any file
@@ -218,6 +221,24 @@ def _check_trainer(space: spaces.Space, workers: int) -> None:
         raise contract.ContractError(f"trainer {name}: --workers-per-trial {workers} spawns DDP ranks, which import "
                                      "the trainer by name: define it in an importable module and pass "
                                      "'module:function'")
+
+
+def _returns_metrics(space: spaces.Space, strategy: str) -> bool:
+    """Whether the trainer returns its metrics instead of calling on_epoch, as its source reads
+    (tuning.contract.reporting): each trial is then one report. A strategy that judges trials by
+    their epochs refuses it here, before anything starts; one the source does not tell is caught
+    at its first trial."""
+    if not contract.is_user_trainer(space.trainer):
+        return False
+    fn = contract.resolve(space.trainer)
+    if contract.reporting(fn) != "returns":
+        return False
+    refusal = contract.one_report_refusal(strategy, 1, spaces.trainer_name(space.trainer))
+    if refusal:
+        raise contract.ContractError(refusal)
+    log.info("trainer %s returns its metrics instead of calling on_epoch: each trial is one report",
+             spaces.trainer_name(space.trainer))
+    return True
 
 
 def _check_replay(space: spaces.Space, max_epochs: int) -> None:

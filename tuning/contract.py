@@ -13,16 +13,23 @@ trial resumes) as
 - ``seed``, ``device``, ``rank``, ``world_size``: passed only if the trainer takes them (by name
   or through ``**kwargs``); rank and world_size when the trial trains as several DDP ranks.
 
+A trainer may instead return its metrics (a dict, or a number for the space's metric) and never
+call ``on_epoch``, as an Optuna objective does: each trial is then one report, its full budget
+(single-fidelity). Such a trainer need not take ``epochs``, ``state`` nor ``on_epoch``; the
+strategies that stop and promote trials by their epochs refuse it (one_report_refusal).
+
 docs/your-trainer.md says the same with a template. No Ray and no torch here: the driver checks a
 trainer with these functions, and tuning.backend's trial adapter calls it through them.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import inspect
 import sys
+import textwrap
 from dataclasses import dataclass
 from typing import Callable
 
@@ -110,13 +117,15 @@ def accepted(fn: Callable) -> tuple[set[str], bool]:
 def check_signature(fn: Callable, name: str, params: list[str], fixed: list[str], *, ranks: int = 1) -> None:
     """The trainer takes every searched and fixed parameter, epochs, state and on_epoch by keyword
     (and rank, world_size and device when a trial trains as several ranks); else one line saying
-    which it lacks and what its signature is."""
+    which it lacks and what its signature is. A trainer that returns its metrics and takes no
+    on_epoch (reporting(fn) == "returns") needs only the parameters."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin or C function: nothing to check against
         return
     names, var_kw = accepted(fn)
-    need = [*params, *fixed, *REQUIRED, *(("rank", "world_size", "device") if ranks > 1 else ())]
+    contract = REQUIRED if var_kw or "on_epoch" in names or reporting(fn) != "returns" else ()
+    need = [*params, *fixed, *contract, *(("rank", "world_size", "device") if ranks > 1 else ())]
     lacking = [n for n in need if n not in names] if not var_kw else []
     if lacking:
         role = {**{p: "searched" for p in params}, **{f: "fixed" for f in fixed}}
@@ -127,10 +136,79 @@ def check_signature(fn: Callable, name: str, params: list[str], fixed: list[str]
     # A parameter without a default that tuning never passes: the first call would raise.
     unpassed = [n for n, p in sig.parameters.items() if p.default is p.empty
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-                and (p.kind == p.POSITIONAL_ONLY or (n not in need and n not in OPTIONAL))]
+                and (p.kind == p.POSITIONAL_ONLY or (n not in need and n not in OPTIONAL and n not in REQUIRED))]
     if unpassed:
         raise ContractError(f"trainer {name} needs {', '.join(unpassed)}, which tuning does not pass: its signature "
                             f"is {fn.__name__}{sig}; give it a default, or declare it in the space's fixed or params")
+
+
+# ---------------------------------------------------------------- trainers that return their metrics
+
+# Strategies whose scheduler stops, pauses or promotes trials by the epochs they report: a trainer
+# that reports once (its return value) gives them nothing to judge. tpe runs Hyperband's brackets
+# too, which is harmless only with one epoch, where its one bracket trains every trial in full.
+PER_EPOCH = ("asha", "median", "hyperband", "bohb", "adaptive")
+
+
+def reporting(fn: Callable) -> str:
+    """How fn reports, read from its source: "per_epoch" (it names on_epoch, so it may call it),
+    "returns" (it never names on_epoch and returns a value), "neither" (it does neither: it may only
+    raise), or "unknown" (no source: a builtin, a lambda, a callable object; or it passes its
+    **kwargs on, or reads locals(), where on_epoch may travel unnamed)."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return "unknown"
+    node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 and n.name == getattr(fn, "__name__", None)), None)
+    if node is None:
+        return "unknown"
+    names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    if "on_epoch" in names or any(isinstance(n, ast.Constant) and n.value == "on_epoch" for n in ast.walk(node)):
+        return "per_epoch"
+    if (node.args.kwarg and node.args.kwarg.arg in names) or names & {"locals", "vars", "eval", "exec"}:
+        return "unknown"
+    return "returns" if any(_returns_value(n) for n in _own_nodes(node)) else "neither"
+
+
+def _own_nodes(node):
+    """The nodes of a function's body, not of the functions, lambdas and classes defined in it."""
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+            yield child
+            yield from _own_nodes(child)
+
+
+def _returns_value(node) -> bool:
+    return (isinstance(node, ast.Return) and node.value is not None
+            and not (isinstance(node.value, ast.Constant) and node.value.value is None))
+
+
+def one_report_refusal(strategy: str, max_epochs: int, name: str) -> str | None:
+    """Why `strategy` cannot run a trainer that reports once (returns its metrics), or None where it
+    can: random and grid always, tpe with one epoch (its brackets are then one of full trials)."""
+    why = (f"{strategy} stops and promotes trials by the epochs they report"
+           if strategy in PER_EPOCH else
+           f"tpe runs Hyperband brackets up to max_epochs {max_epochs} and learns from their rungs"
+           if strategy == "tpe" and max_epochs > 1 else None)
+    if why is None:
+        return None
+    return (f"trainer {name} returns its metrics once instead of calling on_epoch after each epoch, and {why}: "
+            "call on_epoch(metrics, state) after every epoch, or use --strategy random, grid or tpe "
+            "(docs/your-trainer.md)")
+
+
+def one_report(returned, metric: str, name: str) -> tuple[dict | None, str | None]:
+    """(the metrics a trainer returned without calling on_epoch, what is wrong): a dict as it is, a
+    number as the space's metric; anything else (None: it neither reported nor returned) is wrong."""
+    if isinstance(returned, dict):
+        return returned, None
+    if _is_number(_scalar(returned)):
+        return {metric: _scalar(returned)}, None
+    got = "nothing" if returned is None else f"a {type(returned).__name__}"
+    return None, (f"trainer {name} returned {got} and never called on_epoch: call on_epoch(metrics, state) after "
+                  f"every epoch, or return the trial's metrics as a dict such as {{{metric!r}: 0.5}} "
+                  "(docs/your-trainer.md)")
 
 
 def call_kwargs(fn: Callable, kwargs: dict, optional: dict) -> dict:

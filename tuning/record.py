@@ -42,6 +42,9 @@ class RunRecord:
     data_args: dict = field(default_factory=dict)
     resources_per_trial: dict = field(default_factory=dict)
     workers_per_trial: int = 1
+    # A trainer that returns its metrics instead of calling on_epoch (tuning.contract): each trial is
+    # one report, so max_epochs is 1, and this is the `epochs` it is passed (the declared budget).
+    trainer_epochs: int | None = None
     address: str | None = None
     # The whole declaration (spaces.to_json), so a resume or a report needs no space file.
     declaration: dict = field(default_factory=dict)

@@ -158,8 +158,9 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
             "epochs": epochs,
             "world_size": last.get("world_size", 1),
             "status": rec["status"],
-            # Terminated before the full budget: the scheduler (ASHA) stopped it.
-            "stopped_early": finished and epochs < max_epochs,
+            # Terminated before the full budget: the scheduler (ASHA) stopped it. Grid and random have
+            # none that stops trials (FIFO): a trial that ended sooner ended itself.
+            "stopped_early": finished and epochs < max_epochs and strategy not in ("grid", "random"),
             # Epochs after which the trial was paused and later resumed from its checkpoint
             # (Hyperband rungs under BOHB), e.g. "1;3".
             "resumed_at": ";".join(map(str, resumed)),

@@ -190,6 +190,7 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
         if not keep_ray:
             backend.stop_ray()
 
+    _one_report_run(record, records)
     params = list(space.params)
     res = record.resources_per_trial
     trials = results.trials_table(records, params, strategy=record.strategy, max_epochs=record.max_epochs,
@@ -204,8 +205,7 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
         record.write(results_dir)
         if tracker is not None:
             tracker.finish(records, trials, None, record.status)
-        raise MetricError(f"{wrong}: report {space.metric!r} as a number from on_epoch, or set the space's metric "
-                          f"to one it reports; the run stopped after its first result (files kept in {results_dir})")
+        raise MetricError(f"{wrong}; the run stopped after its first result (files kept in {results_dir})")
     unfinished = [r for r in records if r["status"] not in ("TERMINATED", "ERROR")] or interrupted
     best = _best(trials, records, space, source, record, results_dir, tested=not unfinished)
     spent = unfinished and record.time_budget_s is not None and record.time_used_s >= record.time_budget_s
@@ -226,6 +226,15 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
         record.write(results_dir)  # the parent run's id, where it was opened late (the server was down)
     return SearchResult(results_dir=results_dir, status=status, trials=trials, epochs=epochs, best=best,
                         record=record, report=report, tracking=lines)
+
+
+def _one_report_run(record: RunRecord, records: list[dict]) -> None:
+    """A run whose every trial's one result is what its trainer returned is single-fidelity, as
+    tuning.api makes one whose trainer it can read so (tuning.contract.reporting): its full budget
+    is that one report, so max_epochs is 1 and trainer_epochs what the trainer was passed."""
+    ran = [rec["rows"] for rec in records if rec["rows"]]
+    if record.trainer_epochs is None and ran and all(r.get("returned") for rows in ran for r in rows):
+        record.trainer_epochs, record.max_epochs = record.max_epochs, 1
 
 
 def _record_start(space: spaces.Space, record: RunRecord, source, results_dir: Path, started: float,
@@ -270,8 +279,8 @@ def _run_spec(space: spaces.Space, record: RunRecord, source, results_dir: Path,
         space=space, strategy=record.strategy, num_samples=record.num_samples, max_epochs=record.max_epochs,
         seed=record.seed, cpus_per_trial=record.resources_per_trial["cpu"],
         gpus_per_trial=record.resources_per_trial["gpu"], source=source, results_dir=results_dir,
-        workers_per_trial=record.workers_per_trial, max_train=smoke.get("max_train"),
-        max_val=smoke.get("max_val"), max_failures=record.max_failures, resume=resume,
+        workers_per_trial=record.workers_per_trial, trainer_epochs=record.trainer_epochs,
+        max_train=smoke.get("max_train"), max_val=smoke.get("max_val"), max_failures=record.max_failures, resume=resume,
         storage_path=record.storage_path, tune_logs=record.tune_logs,
         progress_every_s=progress_every_s, on_progress=on_progress, add_samples=add_samples,
         extension=len(record.extensions), **_warm(space, record, resume),

@@ -81,6 +81,9 @@ class RunSpec:
     source: DataSource
     results_dir: Path
     workers_per_trial: int = 1
+    # A trainer that returns its metrics (tuning.contract): the epochs it is passed, while
+    # max_epochs, its one report, is 1.
+    trainer_epochs: int | None = None
     max_train: int | None = None
     max_val: int | None = None
     budget_iterations: int | None = None  # stop the run after this many iterations in all

@@ -106,17 +106,21 @@ def trainable(spec):
         return tune.with_parameters(SyntheticBenchmark, benchmark=space.trainer, max_t=spec.max_epochs,
                                     seed=spec.seed)
     return tune.with_parameters(
-        train_function, trainer=space.trainer, source=spec.source, max_epochs=spec.max_epochs,
+        train_function, trainer=space.trainer, source=spec.source, max_epochs=spec.trainer_epochs or spec.max_epochs,
         fixed=dict(space.fixed), seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
         metric=space.metric, diverged_value=space.worst, workers=spec.workers_per_trial,
-        max_train=spec.max_train, max_val=spec.max_val)
+        max_train=spec.max_train, max_val=spec.max_val,
+        one_report=contract.one_report_refusal(spec.strategy, spec.max_epochs, spaces.trainer_name(space.trainer)))
 
 
 def train_function(config: dict, *, trainer, source, max_epochs: int,
                    fixed: dict, seed: int, threads: int, metric: str, diverged_value: float,
-                   workers: int = 1, max_train: int | None = None, max_val: int | None = None) -> None:
+                   workers: int = 1, max_train: int | None = None, max_val: int | None = None,
+                   one_report: str | None = None) -> None:
     """Tune's view of a trainer (tuning.contract): report each epoch, checkpoint each epoch, and
-    continue from Tune's checkpoint when a trial is resumed, retried or unpaused.
+    continue from Tune's checkpoint when a trial is resumed, retried or unpaused. A user's trainer
+    that returns its metrics without calling on_epoch has them reported as its one result, unless
+    the strategy cannot take that (`one_report`: why not), which stops the run as a metric error.
 
     A trial given several GPUs trains as one nccl rank per GPU; a CPU trial with workers > 1 as
     that many gloo ranks sharing its CPUs. Either way rank 0's epochs come back here. A trial
@@ -135,8 +139,10 @@ def train_function(config: dict, *, trainer, source, max_epochs: int,
             _train_cifar({**kwargs, "seed": seed}, source=source, max_train=max_train, max_val=max_val,
                          threads=threads, workers=workers, on_epoch=report)
         else:
-            _train_user(contract.resolve(trainer), kwargs, seed=seed, threads=threads, workers=workers,
-                        on_epoch=report)
+            fn = contract.resolve(trainer)
+            returned = _train_user(fn, kwargs, seed=seed, threads=threads, workers=workers, on_epoch=report)
+            if report.epochs[0] == 0:  # a fresh trial that never called on_epoch (a resumed one may have nothing left)
+                _report_returned(report, returned, metric, diverged_value, spaces.trainer_name(fn), one_report)
     except _Diverged:
         return
     except Exception as exc:
@@ -158,9 +164,11 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
     node_id = ray.get_runtime_context().get_node_id()
     reported = [restored_epoch]
 
-    def report(metrics: dict, state: dict | None = None, written: str | None = None) -> None:
+    def report(metrics: dict, state: dict | None = None, written: str | None = None, returned: bool = False) -> None:
         metrics, wrong = contract.plain_metrics(metrics, metric)
         if wrong is not None:
+            wrong += (f": report {metric!r} as a number (to on_epoch, or in the dict the trainer returns), or set "
+                      "the space's metric to one it reports")
             # Stand-in values keep Tune's metric check and the schedulers quiet for the one step
             # the stopper needs to end the run.
             tune.report({**metrics, metric: diverged_value, results.METRIC_ERROR: wrong})
@@ -181,6 +189,9 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
             tune.report({**metrics, metric: diverged_value, "diverged": True})
             raise _Diverged
         reported[0] += 1
+        if returned:  # a trainer's return value: its one result, with nothing to go on from
+            tune.report({**metrics, "diverged": False, "returned": True})
+            return
         if written is not None:  # a forked trial's process wrote it (tuning.forkserver)
             _report_checkpoint(metrics, written, reported[0])
             return
@@ -192,7 +203,19 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
             remember(state, d)
             _report_checkpoint(metrics, d, reported[0])
 
+    report.epochs = reported  # epochs reported, restored ones included: 0 for a fresh trial yet to report
     return report
+
+
+def _report_returned(report, returned, metric: str, diverged_value: float, name: str, refusal: str | None) -> None:
+    """What a trainer returned without calling on_epoch, as the trial's one result; or, where that
+    is nothing, or the strategy needs a result per epoch, a result that stops the run saying why."""
+    metrics, wrong = contract.one_report(returned, metric, name)
+    wrong = wrong or refusal
+    if wrong is not None:
+        tune.report({metric: diverged_value, results.METRIC_ERROR: wrong})
+        return
+    report(metrics, returned=True)
 
 
 def _report_checkpoint(metrics: dict, directory: str, epochs: int) -> None:
@@ -227,20 +250,24 @@ def _train_cifar_forked(params: dict, kwargs: dict, *, source: DataSource, max_t
                        watch_pid=os.getppid())
 
 
-def _train_user(fn, kwargs: dict, *, seed: int, threads: int, workers: int, on_epoch) -> None:
+def _train_user(fn, kwargs: dict, *, seed: int, threads: int, workers: int, on_epoch):
     """A user's trainer on the trial's resources: one nccl rank per GPU or `workers` gloo ranks
-    sharing the CPUs (the trainer takes rank, world_size and device), or this process alone."""
+    sharing the CPUs (the trainer takes rank, world_size and device), or this process alone. Returns
+    what it returned (rank 0's)."""
     gpus = _gpus()
     ranks, backend, device = (len(gpus), "nccl", "cuda") if len(gpus) > 1 else (workers, "gloo", "cpu")
     if ranks > 1:
         from tuning import distributed
 
-        distributed.run(fn, contract.call_kwargs(fn, kwargs, {"seed": seed}), world_size=ranks, backend=backend,
-                        device_type=device, threads=max(1, threads // ranks), on_epoch=on_epoch)
-        return
+        return distributed.run(fn, contract.call_kwargs(fn, kwargs, {"seed": seed}), world_size=ranks,
+                               backend=backend, device_type=device, threads=max(1, threads // ranks),
+                               on_epoch=on_epoch)
     _set_threads(threads)
-    fn(**contract.call_kwargs(fn, {**kwargs, "on_epoch": on_epoch},
-                              {"seed": seed, "device": "cuda" if gpus else "cpu", "rank": 0, "world_size": 1}))
+    # epochs, state and on_epoch where it takes them: a trainer that returns its metrics may not
+    params = {k: v for k, v in kwargs.items() if k not in ("epochs", "state")}
+    return fn(**contract.call_kwargs(fn, params, {"epochs": kwargs["epochs"], "state": kwargs["state"],
+                                                  "on_epoch": on_epoch, "seed": seed,
+                                                  "device": "cuda" if gpus else "cpu", "rank": 0, "world_size": 1}))
 
 
 def _train_cifar(kwargs: dict, *, source: DataSource, max_train: int | None, max_val: int | None,

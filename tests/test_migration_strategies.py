@@ -1,0 +1,132 @@
+"""What a user coming from Optuna or Ray Tune reaches for (issue 40): a trainer that returns its
+metrics, the median-stopping strategy, a grid over some parameters with the rest sampled, and a
+progress line that stays honest. Real local Ray, cheap trainers."""
+
+import json
+
+import pandas as pd
+import pytest
+
+import tuning
+from tuning import Space, Uniform, contract, run
+
+from cli_helpers import refused
+
+
+# ---------------------------------------------------------------- trainers a migrating user writes
+
+def returns_score(*, lr, epochs, state=None, on_epoch):
+    """Optuna's habit: takes what the contract asks, trains, returns its metrics, never reports."""
+    return {"score": 1 - abs(lr - 0.3), "epochs_given": epochs}
+
+
+def objective(*, lr):
+    """An Optuna objective as it is: its parameters in, a number out."""
+    return 1 - abs(lr - 0.3)
+
+
+def returns_unless_told(*, lr, epochs, state=None, on_epoch, per_epoch=False):
+    """Names on_epoch, so its source cannot tell; it returns all the same."""
+    if per_epoch:
+        on_epoch({"score": lr}, {"epoch": 1})
+    return {"score": 1 - abs(lr - 0.3)}
+
+
+def returns_nothing(*, lr, epochs, state=None, on_epoch, per_epoch=False):
+    """Neither reports nor returns: the contract broken."""
+    if per_epoch:
+        on_epoch({"score": lr}, {"epoch": 1})
+
+
+def _space(trainer, **kw) -> Space:
+    settings = dict(params={"lr": Uniform(0.0, 1.0)}, trainer=trainer, metric="score", mode="max", num_samples=3,
+                    max_epochs=4, reduction_factor=2, gpus_per_trial=0, strategy="random")
+    return Space(**{**settings, **kw})
+
+
+# ---------------------------------------------------------------- 1. trainers that return
+
+def test_the_source_tells_how_a_trainer_reports():
+    assert contract.reporting(returns_score) == "returns" and contract.reporting(objective) == "returns"
+    assert contract.reporting(returns_unless_told) == "per_epoch"
+    assert contract.reporting(returns_nothing) == "per_epoch"
+
+    def raises(*, lr, epochs, state=None, on_epoch):
+        raise ValueError("a bug")
+
+    def passes_it_on(*, lr, **kwargs):
+        return helper(lr=lr, **kwargs)  # noqa: F821: never called
+
+    assert contract.reporting(raises) == "neither" and contract.reporting(passes_it_on) == "unknown"
+    assert contract.reporting(len) == "unknown"
+    # A trainer that returns its metrics need take neither epochs, state nor on_epoch.
+    contract.check_signature(objective, "objective", ["lr"], [])
+
+
+@pytest.mark.parametrize("strategy", ["asha", "hyperband", "bohb", "adaptive"])
+def test_a_returning_trainer_is_refused_by_strategies_that_judge_epochs(tmp_path, strategy):
+    """Known from its source: refused before anything starts or is written, naming the fix."""
+    with pytest.raises(tuning.TuningError) as err:
+        tuning.search(returns_score, _space(returns_score), strategy=strategy, results_dir=tmp_path / "r")
+    line = str(err.value)
+    assert "returns its metrics once instead of calling on_epoch" in line and strategy in line
+    assert "call on_epoch(metrics, state) after every epoch, or use --strategy random, grid or tpe" in line
+    assert "\n" not in line and not (tmp_path / "r").exists()
+
+
+def test_the_cli_refuses_a_returning_trainer_under_asha_with_one_line(tmp_path, capsys):
+    space = tmp_path / "space.py"
+    space.write_text("from tuning import Space, Uniform\n"
+                     "def train(*, lr, epochs, state=None, on_epoch):\n"
+                     "    return {'score': lr}\n"
+                     "SPACE = Space(params={'lr': Uniform(0.0, 1.0)}, trainer=train, metric='score', mode='max', "
+                     "strategy='asha', gpus_per_trial=0)\n")
+    refused(capsys, run.main, ["--space", str(space), "--results-dir", str(tmp_path / "r")],
+            "returns its metrics once", "or use --strategy random, grid or tpe")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("strategy", ["random", "tpe"])
+def test_a_returned_dict_is_the_trials_one_report(ray_here, tmp_path, strategy):
+    """Under random search and tpe (one bracket of full trials at one epoch) each trial is its return
+    value: one report, the full budget, nothing stopped early, a best at the full budget; the trainer
+    is still passed the declared epochs."""
+    result = tuning.search(returns_score, _space(returns_score), strategy=strategy, results_dir=tmp_path / "r")
+    assert result.status == "finished" and result.succeeded == 3
+    trials = result.trials
+    assert (trials["epochs"] == 1).all() and not trials["stopped_early"].any()
+    assert (trials["epochs_given"] == 4).all()  # the declared budget, which it trains in one go
+    assert result.best is not None and result.best.note == ""
+    assert result.best.metrics["score"] == pytest.approx(trials["score"].max())
+    record = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert record["max_epochs"] == 1 and record["trainer_epochs"] == 4
+    assert "0 stopped early" in result.summary()
+    assert (pd.read_csv(tmp_path / "r" / "epochs.csv")["training_iteration"] == 1).all()
+
+
+def test_an_objective_that_returns_a_number(ray_here, tmp_path):
+    result = tuning.search(objective, _space(objective), results_dir=tmp_path / "r")
+    assert result.status == "finished" and result.succeeded == 3
+    assert result.best.metrics["score"] == pytest.approx(result.trials["score"].max())
+
+
+def test_a_trainer_found_returning_at_its_first_trial(ray_here, tmp_path):
+    """Its source names on_epoch, so only its first trial tells: under random search its return value
+    is its one report and the run becomes single-fidelity; under ASHA the run stops with one line."""
+    result = tuning.search(returns_unless_told, _space(returns_unless_told), results_dir=tmp_path / "random")
+    assert result.status == "finished" and result.succeeded == 3 and result.best.note == ""
+    assert not result.trials["stopped_early"].any() and result.record.max_epochs == 1
+    with pytest.raises(tuning.TuningError) as err:
+        tuning.search(returns_unless_told, _space(returns_unless_told), strategy="asha",
+                      results_dir=tmp_path / "asha")
+    assert "returns its metrics once instead of calling on_epoch" in str(err.value)
+    assert "asha stops and promotes trials" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_trainer_that_neither_reports_nor_returns(ray_here, tmp_path):
+    with pytest.raises(tuning.TuningError) as err:
+        tuning.search(returns_nothing, _space(returns_nothing), results_dir=tmp_path / "r")
+    line = str(err.value)
+    assert "returned nothing and never called on_epoch" in line
+    assert "call on_epoch(metrics, state) after every epoch, or return the trial's metrics as a dict" in line
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["error"].startswith("trainer ")
