@@ -63,7 +63,7 @@ def test_the_source_tells_how_a_trainer_reports():
     contract.check_signature(objective, "objective", ["lr"], [])
 
 
-@pytest.mark.parametrize("strategy", ["asha", "hyperband", "bohb", "adaptive"])
+@pytest.mark.parametrize("strategy", ["asha", "median", "hyperband", "bohb", "adaptive"])
 def test_a_returning_trainer_is_refused_by_strategies_that_judge_epochs(tmp_path, strategy):
     """Known from its source: refused before anything starts or is written, naming the fix."""
     with pytest.raises(tuning.TuningError) as err:
@@ -130,3 +130,62 @@ def test_a_trainer_that_neither_reports_nor_returns(ray_here, tmp_path):
     assert "returned nothing and never called on_epoch" in line
     assert "call on_epoch(metrics, state) after every epoch, or return the trial's metrics as a dict" in line
     assert json.loads((tmp_path / "r" / "run.json").read_text())["error"].startswith("trainer ")
+
+
+# ---------------------------------------------------------------- 2. the median stopping rule
+
+def slow_line(*, lr, epochs, state=None, on_epoch):
+    """loss = lr, a little lower each epoch: the lower lr, the better at every epoch."""
+    import time
+
+    for e in range(state["epoch"] if state else 0, epochs):
+        time.sleep(0.05)
+        on_epoch({"loss": lr - 0.01 * e}, {"epoch": e + 1})
+
+
+def test_median_is_a_strategy_beside_asha():
+    from tuning import progress, spaces
+
+    order = spaces.STRATEGIES
+    assert order.index("median") == order.index("asha") + 1
+    assert "median (random search + the median stopping rule)" in " ".join(run.build_parser().format_help().split())
+    assert progress.planned_epochs("median", trials=8, max_epochs=4) == 32  # an upper bound
+
+
+def test_the_median_rule_stops_trials_worse_than_the_median(ray_here, tmp_path):
+    space = Space(params={"lr": Uniform(0.0, 1.0)}, trainer=slow_line, num_samples=10, max_epochs=4,
+                  grace_period=1, gpus_per_trial=0)
+    result = tuning.search(None, space, strategy="median", seed=3, results_dir=tmp_path / "r")
+    trials = result.trials
+    assert result.status == "finished" and result.succeeded == 10
+    stopped = trials[trials["stopped_early"]]
+    assert len(stopped) >= 2 and (stopped["epochs"] < 4).all()
+    # The lowest lr is the best at every epoch: never below anyone's median, it runs its full budget.
+    assert trials.loc[trials["lr"].idxmin(), "epochs"] == 4
+    assert result.best.epochs == 4 and result.best.config["lr"] == pytest.approx(trials["lr"].min())
+
+
+def test_the_median_rule_judges_a_resumed_run_against_earlier_results():
+    """Tune saves no scheduler state: a resume rebuilds the rule's results from results.jsonl, so a
+    trial that reports worse than the earlier trials' median at its epoch stops at once."""
+    from ray.tune.schedulers import TrialScheduler
+
+    from tuning.backend.strategies import Median
+
+    def rows(loss):
+        return [{"training_iteration": t, "loss": loss - 0.01 * t} for t in (1, 2)]
+
+    fresh = Median(time_attr="training_iteration", metric="loss", mode="min", grace_period=1)
+    class Trial:  # what the rule reads of Tune's trials: an id, hashed as itself
+        def __init__(self, trial_id):
+            self.trial_id = trial_id
+
+    bad, good = Trial("d"), Trial("e")
+    assert fresh.on_trial_result(None, bad, {"training_iteration": 1, "loss": 0.9}) == TrialScheduler.CONTINUE
+
+    rule = Median(time_attr="training_iteration", metric="loss", mode="min", grace_period=1)
+    assert rule.rebuild({"a": rows(0.1), "b": rows(0.2), "c": rows(0.3), "d": rows(0.8)[:1]}) == 7
+    assert rule.on_trial_result(None, good, {"training_iteration": 1, "loss": 0.15}) == TrialScheduler.CONTINUE
+    # d, resumed after its first epoch, has one history: its own earlier result is not another trial's.
+    assert rule.on_trial_result(None, bad, {"training_iteration": 2, "loss": 0.77}) == TrialScheduler.STOP
+    assert bad in rule._results and "d" not in rule._results and len(rule._results[bad]) == 2

@@ -5,6 +5,8 @@ and the summary print what it returns.
 
 The planned total is what the strategy will train if every trial runs as planned:
 - grid and random: every trial its full budget;
+- median: the same, as an upper bound: the rule stops trials at whatever epoch their values fall
+  below the median, which no arithmetic tells in advance;
 - ASHA: successive halving's expected cost, n trials at the first rung and 1/rf of them promoted
   at each next one (ASHA promotes asynchronously, so a run can differ a little either way);
 - Hyperband, BOHB and tpe: the brackets the trials fill, each with its own rungs, exactly as
@@ -62,7 +64,7 @@ def planned_epochs(strategy: str, *, trials: int, max_epochs: int, grace_period:
                    reduction_factor: int = 2) -> int:
     """The run's planned total in epochs (module docstring). `trials`: for grid, the grid's points
     times its repeats; otherwise the number of samples."""
-    if strategy in ("grid", "random"):
+    if strategy in ("grid", "random", "median"):  # median: an upper bound (module docstring)
         return trials * max_epochs
     if strategy == "asha":
         first = min(grace_period, max_epochs)

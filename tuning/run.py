@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="train with this function of yours instead of the space's trainer (docs/your-trainer.md)")
     p.add_argument("--strategy", choices=spaces.STRATEGIES,
                    help="search strategy, overriding the space's: grid (grid search, FIFO), random "
-                        "(random search, FIFO), asha (random search + ASHA), hyperband (random search + "
+                        "(random search, FIFO), asha (random search + ASHA), median (random search + the median "
+                        "stopping rule), hyperband (random search + "
                         "synchronous Hyperband brackets), bohb (BOHB's model + the same brackets), adaptive (BOHB whose "
                         "brackets and model follow how well each rung ranks like the last), tpe (Optuna's TPE + the "
                         "same brackets)")

@@ -28,7 +28,9 @@ from tuning.cli import TuningError
 # users would otherwise leave for, so every comparison has it as a reference.
 # adaptive: BOHB whose brackets and model follow how well each rung ranks like the top
 # (tuning/backend/adaptive.py).
-STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "adaptive", "tpe")
+# median: random search under Tune's MedianStoppingRule (Google Vizier's), what users of Optuna's
+# MedianPruner and Tune's rule reach for.
+STRATEGIES = ("grid", "random", "asha", "median", "hyperband", "bohb", "adaptive", "tpe")
 
 
 class SpaceError(TuningError):

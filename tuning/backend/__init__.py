@@ -141,8 +141,9 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     budget = (time_budget.TimeBudget(spec.time_budget_s, spec.time_used_s, spec.on_time_used)
               if spec.time_budget_s is not None else None)
     config, search_alg, scheduler = strategies.build(spec, budget)
-    if spec.resume and hasattr(scheduler, "rebuild"):  # Tune saves no scheduler state: ASHA's rungs
-        log.info("ASHA's rungs rebuilt from %d earlier results", scheduler.rebuild(results.read_rows(spec.rows_file)))
+    if spec.resume and hasattr(scheduler, "rebuild"):  # Tune saves no scheduler state: ASHA's rungs, median's results
+        log.info("%s rebuilt from %d earlier results", "ASHA's rungs" if spec.strategy == "asha" else
+                 "the median rule's results", scheduler.rebuild(results.read_rows(spec.rows_file)))
     # Ctrl-C: tune.run catches the first SIGINT, saves the experiment and returns; its handler
     # puts back the one it found, which is how we can tell afterwards that the run was cut short.
     before = signal.getsignal(signal.SIGINT)
@@ -227,6 +228,9 @@ def _plan_words(spec: RunSpec) -> str:
     trials = _num_samples(spec) if spec.strategy == "grid" else spec.num_samples
     if spec.strategy in ("grid", "random"):
         return f"{trials} trials x {spec.max_epochs} epochs"
+    if spec.strategy == "median":
+        return (f"at most {trials} trials x {spec.max_epochs} epochs: the median stopping rule stops some sooner, "
+                f"from epoch {min(spec.space.grace_period, spec.max_epochs)}")
     if spec.strategy == "asha":
         return (f"{trials} trials, rungs from {min(spec.space.grace_period, spec.max_epochs)} to {spec.max_epochs} "
                 f"epochs halved by {spec.space.reduction_factor}")

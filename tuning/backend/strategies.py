@@ -4,10 +4,10 @@ lazily by tuning.backend (it imports Ray).
 
 An extension is a resume that asks for more trials. Tune restores the trials (finished ones are
 kept as they are) and, where a search has saved state, that state:
-- random, ASHA, Hyperband: Tune's random variant generator is restored and goes on drawing from
-  where its random stream stopped: new configurations, the same seed lineage. ASHA's rungs, which
-  Tune does not save, are rebuilt from every earlier result, so new trials are judged against all
-  of them.
+- random, ASHA, median, Hyperband: Tune's random variant generator is restored and goes on drawing
+  from where its random stream stopped: new configurations, the same seed lineage. ASHA's rungs and
+  the median rule's results, which Tune does not save, are rebuilt from every earlier result, so
+  new trials are judged against all of them.
 - grid: the lazy grid's position is restored and it walks on; points already run are never
   handed out again.
 - BOHB: its saved state is restored (the model and every observation), and it proposes more.
@@ -20,11 +20,11 @@ import pickle
 
 import numpy as np
 from ray import tune
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
 from ray.tune.search import BasicVariantGenerator, SearchGenerator, Searcher
 from ray.tune.search.basic_variant import _TrialIterator
 
-from tuning import conditions, spaces
+from tuning import conditions, results, spaces
 from tuning.backend.budget import TimeGate
 from tuning.backend.hyperband import PaperHyperBand, PauseEveryResult
 
@@ -65,6 +65,42 @@ class Asha(TimeGate, ASHAScheduler):
                         rung[trial_id] = self._metric_op * value
                         recorded += 1
         return recorded
+
+
+class _Earlier(str):
+    """A trial of an earlier segment, by its id, among the MedianStoppingRule's trials: its results
+    count until the trial itself reports again (a resumed or extended run)."""
+
+
+class Median(TimeGate, MedianStoppingRule):
+    """Tune's MedianStoppingRule (Google Vizier's rule, Golovin et al., KDD 2017) on epochs: from
+    the grace period on, a trial stops when its best value so far is worse than the median of the
+    other trials' running means up to the same epoch, once at least 3 trials got there.
+
+    Two changes. A trial with too few others to compare against goes on: Tune's rule pauses it to
+    let waiting trials catch up, which under random search (no order to keep) only costs a
+    checkpoint round trip per epoch. And its results, which Tune does not save, are rebuilt from
+    every earlier result on a resume, as ASHA's rungs are."""
+
+    def _on_insufficient_samples(self, tune_controller, trial, time):
+        return TrialScheduler.CONTINUE
+
+    def rebuild(self, rows: dict[str, list[dict]]) -> int:
+        """Every earlier trial's results, by id until it reports again; returns how many."""
+        for trial_id, trial_rows in rows.items():
+            # The last result at each epoch: an epoch trained again after a crash is reported twice.
+            last = {r[self._time_attr]: r for r in trial_rows if self._time_attr in r
+                    and results.is_number(r.get(self._metric)) and not r.get(results.METRIC_ERROR)}
+            if last:
+                self._results[_Earlier(trial_id)] = [last[t] for t in sorted(last)]
+        return sum(map(len, self._results.values()))
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        # Its own earlier results, once the restored trial reports: one history, not two trials.
+        earlier = self._results.pop(_Earlier(trial.trial_id), None)
+        if earlier is not None:
+            self._results[trial] = [r for r in earlier if r[self._time_attr] < result.get(self._time_attr, 0)]
+        return super().on_trial_result(tune_controller, trial, result)
 
 
 class HyperBand(TimeGate, PaperHyperBand):
@@ -207,6 +243,11 @@ class LazyGrid(Searcher):
             self.index = pickle.load(f)
 
 
+# The median stopping rule compares a trial with at least this many others at its epoch (Tune's
+# default; Optuna's MedianPruner waits for 5 finished trials).
+MEDIAN_MIN_TRIALS = 3
+
+
 def build(spec, budget=None):
     """(config, search_alg, scheduler) for spec (a backend.RunSpec). `budget`: a TimeBudget the
     scheduler stops starting trials at."""
@@ -215,10 +256,16 @@ def build(spec, budget=None):
     if strategy == "grid":
         scheduler, search = Fifo(), SearcherSearch(LazyGrid(space), more=more)
         config = {}
-    elif strategy in ("random", "asha"):
-        scheduler = Fifo() if strategy == "random" else Asha(
-            metric=space.metric, mode=space.mode, max_t=spec.max_epochs,
-            grace_period=min(space.grace_period, spec.max_epochs), reduction_factor=space.reduction_factor)
+    elif strategy in ("random", "asha", "median"):
+        first = min(space.grace_period, spec.max_epochs)
+        if strategy == "asha":
+            scheduler = Asha(metric=space.metric, mode=space.mode, max_t=spec.max_epochs, grace_period=first,
+                             reduction_factor=space.reduction_factor)
+        elif strategy == "median":
+            scheduler = Median(time_attr="training_iteration", metric=space.metric, mode=space.mode,
+                               grace_period=first, min_samples_required=MEDIAN_MIN_TRIALS)
+        else:
+            scheduler = Fifo()
         search = RandomSearch(random_state=seed, more=more, points_to_evaluate=spec.warm_points or None,
                               space=space)
         config = to_tune(space)
