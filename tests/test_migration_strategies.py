@@ -189,3 +189,55 @@ def test_the_median_rule_judges_a_resumed_run_against_earlier_results():
     # d, resumed after its first epoch, has one history: its own earlier result is not another trial's.
     assert rule.on_trial_result(None, bad, {"training_iteration": 2, "loss": 0.77}) == TrialScheduler.STOP
     assert bad in rule._results and "d" not in rule._results and len(rule._results[bad]) == 2
+
+
+# ---------------------------------------------------------------- 3. a grid over some parameters
+
+def quick(*, batch_size, lr, wd, epochs, state=None, on_epoch):
+    for e in range(state["epoch"] if state else 0, epochs):
+        on_epoch({"loss": lr + wd + 1 / batch_size - 0.01 * e}, {"epoch": e + 1})
+
+
+def _mixed(**kw) -> Space:
+    return Space(params={"batch_size": tuning.Choice([32, 64, 128]), "lr": tuning.LogUniform(1e-3, 1e-1),
+                         "wd": Uniform(0.0, 0.1)},
+                 grid=["batch_size"], trainer=quick, num_samples=3, max_epochs=2, gpus_per_trial=0, **kw)
+
+
+def _per_point(trials: pd.DataFrame, samples: int) -> None:
+    """Every grid point has exactly `samples` trials, and no two trials drew the same rest."""
+    assert trials.groupby("batch_size").size().to_dict() == {32: samples, 64: samples, 128: samples}
+    assert trials["lr"].nunique() == len(trials) and trials["wd"].nunique() == len(trials)
+
+
+@pytest.mark.parametrize("strategy", ["random", "median"])
+def test_a_grid_over_some_parameters_the_rest_sampled(ray_here, tmp_path, strategy):
+    result = tuning.search(None, _mixed(), strategy=strategy, seed=2, results_dir=tmp_path / "r")
+    assert result.status == "finished" and len(result.trials) == 9
+    _per_point(result.trials, 3)
+    assert json.loads((tmp_path / "r" / "progress.json").read_text())["planned"] == 9 * 2
+    record = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert record["declaration"]["grid"] == ["batch_size"]
+    if strategy == "random":  # --add-samples 1: one more trial at every grid point
+        more = tuning.resume(tmp_path / "r", add_samples=1)
+        assert more.status == "finished" and len(more.trials) == 12
+        _per_point(more.trials, 4)
+
+
+@pytest.mark.parametrize("strategy", ["hyperband", "bohb", "adaptive", "tpe"])
+def test_a_grid_over_some_parameters_is_refused_where_it_does_not_map(tmp_path, strategy):
+    with pytest.raises(tuning.TuningError) as err:
+        tuning.search(None, _mixed(), strategy=strategy, results_dir=tmp_path / "r")
+    line = str(err.value)
+    assert "grid=['batch_size']" in line and "use --strategy random, asha or median" in line and "\n" not in line
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_grid_declaration_that_cannot_work_is_refused():
+    for grid, needle in ((["bs"], "grid= names 'bs', which is not a searched parameter"),
+                         ("batch_size", "grid= takes a list of parameter names")):
+        with pytest.raises(tuning.TuningError, match=needle):
+            _mixed().replace(grid=grid)
+    with pytest.raises(tuning.TuningError, match="exists only under when="):
+        Space(params={"opt": tuning.Choice(["sgd", "adam"]), "m": Uniform(0.0, 0.9, when={"opt": "sgd"})},
+              grid=["m"], trainer=quick)

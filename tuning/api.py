@@ -81,6 +81,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         spaces.check_grid(space, num_samples)
     else:
         num_samples = num_samples or small.get("num_samples") or space.num_samples
+    spaces.check_mixed_grid(space, strategy, num_samples)
     seed = space.seed if seed is None else seed
     _check_trainer(space, workers_per_trial or space.workers_per_trial)
     _check_replay(space, max_epochs or small.get("max_epochs") or space.max_epochs)
@@ -397,6 +398,9 @@ def _warm_start(space: spaces.Space, strategy: str, dirs: list | None, top: int 
     if strategy == "grid":
         raise UsageError("--warm-start: grid search walks its fixed points and has nothing to learn from earlier "
                          "runs; use random, asha, hyperband or bohb")
+    if space.grid:  # Tune would count each earlier configuration as one of a grid pass's samples
+        raise UsageError(f"--warm-start with grid={list(space.grid)}: every grid point runs num_samples fresh "
+                         "trials, which earlier configurations would replace unevenly; drop one of the two")
     top = 3 if top is None else top
     check_at_least("warm_start_top", top)
     runs = growth.earlier_runs([str(d) for d in dirs], space)

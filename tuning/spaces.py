@@ -195,6 +195,9 @@ class Space:
     mode: str = "min"
     num_samples: int = 16  # trials for random, ASHA and BOHB
     grid_repeats: int = 1  # grid search: how many times the whole grid is run
+    # random, ASHA, median: these parameters walk their grid points (a declaration's grid=, a
+    # choice's values) and the rest are sampled, num_samples trials per grid point (mixed_grid).
+    grid: tuple = ()
     max_epochs: int = 10
     grace_period: int = 1  # ASHA/HyperBand: the first rung, in epochs
     reduction_factor: int = 2  # ASHA/HyperBand: keep the best 1/rf at each rung
@@ -241,6 +244,7 @@ class Space:
         problem = conditions.problem(self.params, self.fixed, contains)
         if problem:
             raise SpaceError(problem)
+        object.__setattr__(self, "grid", _mixed_grid_names(self.grid, self.params))
 
     def replace(self, **changes) -> "Space":
         return dataclasses.replace(self, **changes)
@@ -306,6 +310,50 @@ def check_grid(space: Space, repeats: int) -> int:
         raise SpaceError(f"grid of {sizes} points x {repeats} repeats = {total:,} trials is too large to run "
                          f"(limit {MAX_GRID_TRIALS:,}): declare fewer grid points (grid=...) or use random search")
     return total
+
+
+# ---------------------------------------------------------------- a grid over some parameters
+
+# Where grid= maps: Tune's grid_search inside a sampled config, num_samples per grid point. The model
+# strategies propose whole configurations, and Hyperband's brackets would give grid points unequal
+# budgets, so neither can hold some parameters to a grid.
+MIXED_GRID_STRATEGIES = ("random", "asha", "median")
+
+
+def _mixed_grid_names(names, params: dict) -> tuple:
+    """Space.grid checked: a list of searched, unconditional parameter names, as a tuple."""
+    if isinstance(names, str) or not isinstance(names, (list, tuple)):
+        raise SpaceError(f"grid= takes a list of parameter names, got {names!r}: e.g. grid=['batch_size']")
+    for name in names:
+        if name not in params:
+            raise SpaceError(f"grid= names {name!r}, which is not a searched parameter: use some of "
+                             f"{', '.join(params)}")
+        if params[name].when:
+            raise SpaceError(f"grid= names {name!r}, which exists only under when=: a grid point would not exist "
+                             "in every trial; put its parent on the grid instead, or sample it")
+    return tuple(dict.fromkeys(names))
+
+
+def mixed_grid_size(space: Space) -> int:
+    """Grid points of the parameters Space.grid names (1 where it names none)."""
+    return math.prod(len(space.params[k].grid_values()) for k in space.grid)
+
+
+def check_mixed_grid(space: Space, strategy: str, num_samples: int) -> None:
+    """A grid over some parameters runs under random, asha and median (grid search walks every
+    parameter anyway); elsewhere, or too large to run, one line saying what to use."""
+    if not space.grid or strategy == "grid":
+        return
+    named = ", ".join(space.grid)
+    if strategy not in MIXED_GRID_STRATEGIES:
+        raise SpaceError(f"grid={list(space.grid)} (a grid over {named}, the rest sampled) runs under random, asha "
+                         f"or median: {strategy} proposes every parameter itself; drop grid= or use --strategy "
+                         "random, asha or median")
+    total = mixed_grid_size(space) * num_samples
+    if total > MAX_GRID_TRIALS:
+        raise SpaceError(f"grid over {named}: {mixed_grid_size(space):,} points x {num_samples} samples = {total:,} "
+                         f"trials is too many to run (limit {MAX_GRID_TRIALS:,}): declare fewer grid points "
+                         "(grid=...) or sample more parameters")
 
 
 def _duplicate_keys(folder: Path, name: str, filename: str) -> None:
@@ -411,7 +459,7 @@ def from_declarations(decls: dict) -> dict[str, Param]:
     return out
 
 
-_SETTINGS = ("strategy", "metric", "mode", "num_samples", "grid_repeats", "max_epochs", "grace_period",
+_SETTINGS = ("strategy", "metric", "mode", "num_samples", "grid_repeats", "grid", "max_epochs", "grace_period",
              "reduction_factor", "cpus_per_trial", "gpus_per_trial", "workers_per_trial", "fixed",
              "diverged_value", "seed", "name")
 

@@ -218,14 +218,16 @@ def tune_switches(snapshot_every_step: bool):
 
 def planned_epochs(spec: RunSpec) -> int:
     """The run's planned total in epochs (tuning/progress.py): what the progress line counts to."""
-    return progress_math.planned_epochs(spec.strategy, trials=_num_samples(spec) if spec.strategy == "grid" else
-                                        spec.num_samples, max_epochs=spec.max_epochs,
+    return progress_math.planned_epochs(spec.strategy, trials=_trials(spec), max_epochs=spec.max_epochs,
                                         grace_period=spec.space.grace_period,
                                         reduction_factor=spec.space.reduction_factor)
 
 
 def _plan_words(spec: RunSpec) -> str:
-    trials = _num_samples(spec) if spec.strategy == "grid" else spec.num_samples
+    trials = _trials(spec)
+    if spec.space.grid and spec.strategy != "grid":
+        points = " x ".join(f"{len(spec.space.params[k].grid_values())} {k}" for k in spec.space.grid)
+        trials = f"{trials} (grid of {points} x {spec.num_samples} samples)"
     if spec.strategy in ("grid", "random"):
         return f"{trials} trials x {spec.max_epochs} epochs"
     if spec.strategy == "median":
@@ -235,6 +237,12 @@ def _plan_words(spec: RunSpec) -> str:
         return (f"{trials} trials, rungs from {min(spec.space.grace_period, spec.max_epochs)} to {spec.max_epochs} "
                 f"epochs halved by {spec.space.reduction_factor}")
     return f"{trials} trials in Hyperband brackets up to {spec.max_epochs} epochs, eta {spec.space.reduction_factor}"
+
+
+def _trials(spec: RunSpec) -> int:
+    """Trials the run plans: for grid, the grid times its repeats; otherwise num_samples, each a
+    pass over the grid points of the parameters Space.grid names (Tune's grid_search)."""
+    return _num_samples(spec) * (1 if spec.strategy == "grid" else spaces.mixed_grid_size(spec.space))
 
 
 def _num_samples(spec: RunSpec) -> int:

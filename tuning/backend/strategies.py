@@ -30,7 +30,9 @@ from tuning.backend.hyperband import PaperHyperBand, PauseEveryResult
 
 
 def to_tune(space: spaces.Space) -> dict:
-    """The space's declarations as Tune's sampling distributions, for random search and ASHA."""
+    """The space's declarations as Tune's sampling distributions, for random search and ASHA; the
+    parameters Space.grid names as Tune's grid_search over their grid points, which Tune runs
+    num_samples times, each trial drawing the rest afresh."""
 
     def one(p: spaces.Param):
         if isinstance(p, spaces.LogUniform):
@@ -43,7 +45,7 @@ def to_tune(space: spaces.Space) -> dict:
             return tune.lograndint(p.low, p.high + 1)
         return tune.choice(list(p.values))
 
-    return {k: one(p) for k, p in space.params.items()}
+    return {k: tune.grid_search(p.grid_values()) if k in space.grid else one(p) for k, p in space.params.items()}
 
 
 class Fifo(TimeGate, FIFOScheduler):
@@ -129,11 +131,14 @@ class RandomSearch(BasicVariantGenerator):
     def __init__(self, *args, scheduler=None, more: int = 0, space: spaces.Space | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self._scheduler, self._more = scheduler, more
+        # Trials per sample: a grid over some parameters (Space.grid) runs each of its points.
+        self._per_sample = spaces.mixed_grid_size(space) if space is not None else 1
         self._params = space.params if space is not None and conditions.is_conditional(space.params) else None
 
     def get_state(self):
         state = super().get_state()  # the generator's own state; not what this run adds to it
-        return state and {k: v for k, v in state.items() if k not in ("_scheduler", "_more", "_params")}
+        return state and {k: v for k, v in state.items()
+                          if k not in ("_scheduler", "_more", "_params", "_per_sample")}
 
     def add_configurations(self, experiments):
         super().add_configurations(experiments)
@@ -152,7 +157,7 @@ class RandomSearch(BasicVariantGenerator):
             ConditionalTrials.adopt(more, self._params)
         self._iterators.append(more)
         self._trial_generator = itertools.chain(self._trial_generator, more)
-        self._total_samples += self._more
+        self._total_samples += self._more * self._per_sample
         self._finished = False
 
     def is_finished(self) -> bool:
