@@ -69,3 +69,112 @@ def test_log_keyword_saying_what_the_type_is_anyway_is_accepted():
     assert tuning.Uniform(0, 1, log=False) == tuning.Uniform(0, 1)
     assert tuning.LogUniform(1e-3, 1, log=True) == tuning.LogUniform(1e-3, 1)
     assert "log" not in spaces.declarations({"lr": tuning.LogUniform(1e-3, 1, log=True)})["lr"]  # run.json as before
+
+
+# ---------------------------------------------------------------- 3: numpy values in files as JSON
+
+def weighted(*, lr, weights, scale, shape, epochs, state=None, on_epoch):
+    for e in range(state["epoch"] if state else 0, epochs):
+        on_epoch({"loss": float(lr * scale * weights.sum()) + 1 / (e + 1)}, {"epoch": e + 1})
+
+
+def test_numpy_values_in_fixed_are_written_as_json_lists_and_numbers(ray_here, tmp_path):
+    import numpy as np
+
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0, grid=2)}, trainer=weighted, metric="loss",
+                         fixed={"weights": np.array([0.5, 1.5]), "scale": np.float32(2.0), "shape": np.int64(3)},
+                         max_epochs=1, gpus_per_trial=0)
+    result = tuning.search(None, space, strategy="grid", results_dir=tmp_path / "r")
+    assert result.status == "finished" and result.succeeded == 2
+    expected = {"weights": [0.5, 1.5], "scale": 2.0, "shape": 3}
+    run_json = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert run_json["fixed"] == expected and run_json["declaration"]["fixed"] == expected
+    assert json.loads((tmp_path / "r" / "best_config.json").read_text())["fixed"] == expected
+
+
+# ---------------------------------------------------------------- 5: a Choice of any JSON value
+
+ARCHS = [{"layers": 1, "width": 8}, {"layers": 2, "width": 16}]  # settings chosen together, as Ray users do
+SHAPES = [[1, 2], [3, 4], None]  # declared as (1, 2), [3, 4], None: a tuple arrives as the list it is in files
+
+
+def chooses(*, arch, shape, lr, epochs, state=None, on_epoch, dropout=None):
+    """A trainer of a choice of dicts, and of lists or None; dropout exists under the two-layer arch
+    only. A value it was not declared fails its trial."""
+    if arch not in ARCHS or shape not in SHAPES or (dropout is None) == (arch["layers"] == 2):
+        raise TypeError(f"arch {arch!r}, shape {shape!r}, dropout {dropout!r}")
+    for e in range(state["epoch"] if state else 0, epochs):
+        loss = lr + 0.1 * arch["layers"] + (0.05 if shape is None else 0.01 * sum(shape)) + (dropout or 0) + 1 / (e + 1)
+        on_epoch({"loss": loss}, {"epoch": e + 1})
+
+
+def choice_space(**kw) -> tuning.Space:
+    params = {"arch": tuning.Choice(ARCHS), "shape": tuning.Choice([(1, 2), [3, 4], None]),
+              "lr": tuning.Uniform(0.0, 1.0, grid=1),
+              "dropout": tuning.Uniform(0.0, 0.5, grid=1, when={"arch": ARCHS[1]})}
+    settings = dict(params=params, trainer=chooses, metric="loss", mode="min", num_samples=6, max_epochs=3,
+                    reduction_factor=3, gpus_per_trial=0)
+    return tuning.Space(**{**settings, **kw})
+
+
+def _check_choice_run(result, folder: Path):
+    import pandas as pd
+
+    assert result.status == "finished"
+    assert (result.trials["status"] == "TERMINATED").all(), result.trials[["status", "error"]]  # no value was wrong
+    # pandas reads a CSV's "null" (a chosen None) as NaN unless told to keep the text
+    for table in (pd.read_csv(folder / "trials.csv", keep_default_na=False), pd.read_parquet(folder / "trials.parquet"),
+                  pd.read_csv(folder / "epochs.csv", keep_default_na=False)):
+        assert all(json.loads(cell) in ARCHS for cell in table["arch"])  # JSON text, read back with json.loads
+        assert all(json.loads(cell) in SHAPES for cell in table["shape"])  # a chosen None is "null"
+    best = json.loads((folder / "best_config.json").read_text())
+    assert best["config"]["arch"] in ARCHS and best["config"] == result.best.config
+    run_json = json.loads((folder / "run.json").read_text())
+    assert run_json["declaration"]["params"]["shape"]["values"] == SHAPES
+    assert result.report is not None and "arch" in (folder / "report.md").read_text()
+
+
+@pytest.mark.parametrize("strategy", ["grid", "bohb", "tpe",
+                                      *(pytest.param(s, marks=pytest.mark.slow)
+                                        for s in ("random", "asha", "hyperband", "adaptive"))])
+def test_a_choice_of_dicts_lists_and_none_runs_under_every_strategy(ray_here, tmp_path, strategy):
+    """Ray users pass tune.choice a list of dicts (a set of model settings); ConfigSpace (bohb,
+    adaptive) and Optuna (tpe) take scalar categories only, so they see positions and the trainer
+    gets the values."""
+    result = tuning.search(None, choice_space(), strategy=strategy, seed=0, results_dir=tmp_path / "r")
+    _check_choice_run(result, tmp_path / "r")
+
+
+@pytest.fixture(scope="module")
+def choice_grid_run(ray_here, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("choice") / "grid"
+    return tuning.search(None, choice_space(), strategy="grid", seed=0, results_dir=folder)
+
+
+@pytest.mark.parametrize("strategy", ["random", "tpe", pytest.param("bohb", marks=pytest.mark.slow)])
+def test_a_warm_start_carries_choice_values(choice_grid_run, tmp_path, strategy):
+    """The earlier run's best configuration runs first (random: through Tune's points_to_evaluate,
+    which would take its dicts for nested settings; tpe: as Optuna's enqueued positions), or feeds
+    BOHB's model (as positions)."""
+    result = tuning.search(None, choice_space(), strategy=strategy, seed=1, num_samples=3, max_epochs=3,
+                           warm_start=[choice_grid_run.results_dir], warm_start_top=1, results_dir=tmp_path / "w")
+    _check_choice_run(result, tmp_path / "w")
+    if strategy != "bohb":
+        w = tmp_path / "w"
+        assert json.loads((w / "run.json").read_text())["warm_start"]["configs"] == [choice_grid_run.best.config]
+        ran = [row["config"] for row in map(json.loads, (w / "results.jsonl").read_text().splitlines())]
+        assert choice_grid_run.best.config in ran
+
+
+def test_choice_values_are_json_values_kept_as_files_hold_them():
+    choice = tuning.Choice([{"layers": 2}, (3, 3), None])
+    assert choice.values == ({"layers": 2}, [3, 3], None)  # a tuple as the list run.json holds
+    assert spaces.contains(choice, (3, 3)) and spaces.contains(choice, [3, 3]) and not spaces.contains(choice, [3])
+    assert spaces.from_declarations(spaces.declarations({"c": choice}))["c"] == choice  # run.json and back
+    assert choice.by_position and not tuning.Choice([1, "a", 2.5, False]).by_position
+    assert spaces.from_positions({"c": choice}, spaces.to_positions({"c": choice}, {"c": [3, 3]})) == {"c": [3, 3]}
+    with pytest.raises(tuning.SpaceError, match="distinct"):
+        tuning.Choice([{"a": 1}, {"a": 1}])
+    for bad in ({"a", "b"}, {1: "a"}):
+        with pytest.raises(tuning.SpaceError, match="not a JSON value"):
+            tuning.Choice([bad, "other"])

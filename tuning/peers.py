@@ -79,6 +79,8 @@ def _suggest(trial, name: str, p: spaces.Param):
         return trial.suggest_float(name, p.low, p.high, log=isinstance(p, spaces.LogUniform))
     if isinstance(p, (spaces.IntUniform, spaces.IntLogUniform)):
         return trial.suggest_int(name, p.low, p.high, log=isinstance(p, spaces.IntLogUniform))
+    if p.by_position:  # Optuna's categories must be None, bools, numbers or strings: lists and dicts by index
+        return p.values[trial.suggest_categorical(name, list(range(len(p.values))))]
     return trial.suggest_categorical(name, list(p.values))
 
 

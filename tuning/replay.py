@@ -122,7 +122,9 @@ def read(folder: str, what: str = "") -> Recorded:
     for trial_id, rows in epochs.groupby("trial_id", sort=False):
         first = rows.iloc[0]
         ids.append(trial_id)
-        configs.append({k: spaces.plain(first[k]) for k in params})
+        # A choice of lists or dicts is JSON text in the table (results.config_cells): its value again.
+        configs.append({k: params[k].from_cell(first[k]) if _json_choice(params[k]) else spaces.plain(first[k])
+                        for k in params})
         curves.append({int(r["training_iteration"]): _epoch(r, names) for _, r in rows.iterrows()})
     if rec.status != "finished":
         log.warning("%s: the run in %s is %r: replaying the epochs it recorded, up to %d", what, folder, rec.status,
@@ -184,6 +186,10 @@ def check(recorded: Recorded, space: spaces.Space, max_epochs: int, what: str = 
     if other:
         raise ReplayError(f"{what}: a replay trains nothing, so it takes no fixed {other}; its only fixed "
                           f"setting is time_scale (default {TIME_SCALE:g})")
+
+
+def _json_choice(p) -> bool:
+    return isinstance(p, spaces.Choice) and any(isinstance(v, (list, dict)) for v in p.values)
 
 
 # ---------------------------------------------------------------- the nearest recorded configuration

@@ -121,14 +121,28 @@ def read_rows(path: Path, quiet: bool = False) -> dict[str, list[dict]]:
     return rows
 
 
+def config_cells(records: list[dict], params: list[str]):
+    """rec -> its parameters as table cells. A parameter that took a list or a dict (a Choice of
+    them) has every value it took as JSON text, `null` for a chosen None, so its column holds one
+    type that CSV and parquet keep and `json.loads` reads back; an inactive one is an empty cell."""
+    as_json = {p for rec in records for p, v in rec["config"].items() if p in params and isinstance(v, (list, dict))}
+
+    def cells(rec: dict) -> dict:
+        config = rec["config"]
+        return {p: json.dumps(config[p]) if p in as_json and p in config else config.get(p) for p in params}
+
+    return cells
+
+
 def epochs_table(records: list[dict], params: list[str], metric: str = "loss") -> pd.DataFrame:
     """Every reported row: the learning curves, one row per trial and epoch, with a column for every
     metric the trainers reported."""
     columns = ["training_iteration", "epoch", *metric_keys(records, metric), *DIAGNOSTICS]
+    cells = config_cells(records, params)
     rows = []
     for rec in records:
         for r in _curve(rec["rows"]):
-            row = {"trial_id": rec["trial_id"], **{p: rec["config"].get(p) for p in params}}
+            row = {"trial_id": rec["trial_id"], **cells(rec)}
             row.update({c: r.get(c) for c in columns})
             rows.append(row)
     return pd.DataFrame(rows, columns=["trial_id", *params, *columns])
@@ -141,6 +155,7 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
     resources, `cpus` and `gpus`, times its running time)."""
     keys = metric_keys(records, metric)
     ways = {k: direction(k, metric, mode) for k in keys}
+    cells = config_cells(records, params)
     rows = []
     for rec in records:
         curve = [r for r in _curve(rec["rows"]) if r.get(metric) is not None]
@@ -152,7 +167,7 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
         rows.append({
             "trial_id": rec["trial_id"],
             "strategy": strategy,
-            **{p: rec["config"].get(p) for p in params},
+            **cells(rec),
             **{k: last.get(k) for k in keys},
             **{f"best_{k}": _best(real, k, way) for k, way in ways.items() if way},
             "epochs": epochs,
@@ -295,7 +310,21 @@ def write_bytes(path: Path, data: bytes) -> None:
 
 
 def write_json(path: Path, obj) -> None:
-    write_atomic(path, lambda p: p.write_text(json.dumps(obj, indent=2, default=str) + "\n"))
+    write_atomic(path, lambda p: p.write_text(json.dumps(obj, indent=2, default=plain_json) + "\n"))
+
+
+def plain_json(value):
+    """What json cannot write, as the JSON it stands for: a numpy or torch array (a space's fixed
+    setting, say) as a list, a numpy scalar or one-element tensor as its number, a set as a sorted
+    list; anything else as its text, as before."""
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy arrays and scalars, torch tensors
+        try:
+            return value.tolist()
+        except (TypeError, ValueError, RuntimeError):
+            pass
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=str)
+    return str(value)
 
 
 def write_tables(results_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame) -> None:

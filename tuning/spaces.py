@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import importlib
 import importlib.util
+import json
 import math
 import pkgutil
 from dataclasses import dataclass, field
@@ -162,22 +163,103 @@ class IntLogUniform:
 
 @dataclass(frozen=True)
 class Choice:
-    """One of a fixed list of values; the grid is the whole list."""
+    """One of a fixed list of values; the grid is the whole list. A value may be any JSON value:
+    a number, a string, a bool, None, or a list or dict of them (a set of model settings, say, as
+    Ray users pass tune.choice). A tuple is taken as the list it is in every file (JSON has no
+    tuples), so the trainer gets a list in a first run and after --resume alike."""
 
     values: tuple
     when: dict | None = _WHEN
 
     def __init__(self, values, when=None):
-        object.__setattr__(self, "values", tuple(values))
+        object.__setattr__(self, "values", tuple(_json_value(v, values) for v in values))
         object.__setattr__(self, "when", when)
         _when(self)
         if len(self.values) < 1:
             raise SpaceError("Choice needs at least one value")
-        if len(set(self.values)) != len(self.values):
+        if len({_key(v) for v in self.values}) != len(self.values):
             raise SpaceError(f"Choice values must be distinct, got {list(self.values)}")
+
+    def __hash__(self):  # the values may be dicts and lists, which have no hash of their own
+        return hash(tuple(_key(v) for v in self.values))
 
     def grid_values(self) -> list:
         return list(self.values)
+
+    @property
+    def by_position(self) -> bool:
+        """Whether the searchers whose categories must be scalars (ConfigSpace's for bohb and
+        adaptive, Optuna's for tpe) get this choice as its positions 0, 1, ... instead of its values:
+        where a value is a list, a dict or None (to_positions, from_positions)."""
+        return not all(isinstance(v, (bool, int, float, str)) for v in self.values)
+
+    def position(self, value) -> int | None:
+        """The index of `value` among the values (a tuple matching its list), or None."""
+        key = _key(_json_value(value, None, strict=False))
+        return next((i for i, v in enumerate(self.values) if _key(v) == key), None)
+
+    def cell_position(self, cell) -> int | None:
+        """The index of the value a table cell stands for, or None where none does. A column that
+        took a list or a dict holds every value as JSON text (results.config_cells); CSV gives
+        numbers back as text or floats."""
+        i = next((i for i, v in enumerate(self.values) if label(v) == str(cell)
+                  or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == cell)), None)
+        if i is None and isinstance(cell, str):
+            try:
+                return self.position(json.loads(cell))
+            except ValueError:
+                return None
+        return i
+
+    def from_cell(self, cell):
+        """The value a table cell stands for (cell_position), or None where none does."""
+        i = self.cell_position(cell)
+        return None if i is None else self.values[i]
+
+
+def _json_value(v, values, strict: bool = True):
+    """A Choice's value as it is kept: tuples as lists, numpy scalars as Python's; one that run.json
+    and the tables cannot hold and that was never accepted (a set, a dict with a non-string key:
+    anything without a hash) is refused, naming what to declare instead."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (tuple, list)):
+        return [_json_value(x, values, strict) for x in v]
+    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+        return {k: _json_value(x, values, strict) for k, x in v.items()}
+    try:
+        hash(v)
+    except TypeError:
+        if strict:
+            raise SpaceError(f"Choice value {v!r} in {values!r} is not a JSON value: declare numbers, strings, "
+                             "booleans, None, or lists and dicts of them with string keys (they go into run.json "
+                             "and the tables); for objects, choose among names and look them up in the trainer") \
+                from None
+    return v
+
+
+def _key(v):
+    """What tells two values apart: the value itself, or its JSON text for a list or a dict."""
+    return ("json", json.dumps(v, sort_keys=True, default=repr)) if isinstance(v, (list, dict)) else v
+
+
+def label(value) -> str:
+    """A value as a table cell and a report's axis show it: JSON text for a list or a dict."""
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def to_positions(params: dict, config: dict) -> dict:
+    """`config` as the scalar-only searchers see it: a by_position Choice's value as its index."""
+    return {k: params[k].position(v) if _positional(params.get(k)) else v for k, v in config.items()}
+
+
+def from_positions(params: dict, config: dict) -> dict:
+    """to_positions undone: a by_position Choice's index as its value."""
+    return {k: params[k].values[int(v)] if _positional(params.get(k)) else v for k, v in config.items()}
+
+
+def _positional(p) -> bool:
+    return isinstance(p, Choice) and p.by_position
 
 
 Param = Union[LogUniform, Uniform, IntUniform, IntLogUniform, Choice]
@@ -385,7 +467,7 @@ def contains(p: Param, value) -> bool:
     """Whether `value` is one the declaration can produce (earlier runs' configurations are checked
     with it before they warm-start a search)."""
     if isinstance(p, Choice):
-        return value in p.values
+        return p.position(value) is not None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return False
     if isinstance(p, (IntUniform, IntLogUniform)):
@@ -423,12 +505,14 @@ def to_configspace(space: Space, seed: int | None = None):
             hp = CS.UniformFloatHyperparameter(k, lower=p.low, upper=p.high)
         elif isinstance(p, (IntUniform, IntLogUniform)):
             hp = CS.UniformIntegerHyperparameter(k, lower=p.low, upper=p.high, log=isinstance(p, IntLogUniform))
-        else:
-            hp = CS.CategoricalHyperparameter(k, choices=list(p.values))
+        else:  # ConfigSpace's categories must be scalars: a choice of lists, dicts or None by position
+            hp = CS.CategoricalHyperparameter(k, choices=list(range(len(p.values))) if p.by_position else list(p.values))
         cs.add(hp)
     for k, p in space.params.items():  # every parent exists now
-        tests = [CS.InCondition(cs[k], cs[parent], list(values)) if len(values) > 1 else
-                 CS.EqualsCondition(cs[k], cs[parent], values[0]) for parent, values in (p.when or {}).items()]
+        when = {parent: [to_positions(space.params, {parent: v})[parent] for v in values]
+                for parent, values in (p.when or {}).items()}
+        tests = [CS.InCondition(cs[k], cs[parent], values) if len(values) > 1 else
+                 CS.EqualsCondition(cs[k], cs[parent], values[0]) for parent, values in when.items()]
         if tests:
             cs.add(tests[0] if len(tests) == 1 else CS.AndConjunction(*tests))
     return cs

@@ -13,6 +13,7 @@ import scipy.stats as sps
 from hpbandster.optimizers.config_generators.bohb import BOHB
 from ray.tune.search.bohb import TuneBOHB
 from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
+from ray.tune.utils.util import unflatten_dict
 
 from tuning import spaces
 
@@ -27,8 +28,11 @@ class PaperBOHB(TuneBOHB):
 
     model_class: type = None  # VectorisedBOHB, set below it; tuning/backend/adaptive.py's own
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, params: dict | None = None, **kwargs):
         self.observed: list[tuple[str, float]] = []  # what the model was given, in order
+        # The space's declarations: a choice of lists, dicts or None is a ConfigSpace category by its
+        # position (spaces.to_configspace), which the trials get back as the value.
+        self.params = params or {}
         super().__init__(*args, **kwargs)
 
     def _setup_bohb(self):
@@ -37,7 +41,9 @@ class PaperBOHB(TuneBOHB):
 
     def suggest(self, trial_id: str):
         config = super().suggest(trial_id)
-        return None if config is None else {k: spaces.plain(v) for k, v in config.items()}
+        if config is None:
+            return None
+        return spaces.from_positions(self.params, {k: spaces.plain(v) for k, v in config.items()})
 
     def on_trial_result(self, trial_id: str, result: dict):
         if trial_id not in self.paused:
@@ -63,17 +69,20 @@ class PaperBOHB(TuneBOHB):
         for budget in sorted(by_budget):
             batch = by_budget[budget]
             for i, row in enumerate(batch):
+                config = spaces.to_positions(self.params, row["config"])
                 job = _BOHBJobWrapper(self._metric_op * row[self.metric], budget,
-                                      {k: row["config"][k] for k in self._space if k in row["config"]})
+                                      {k: config[k] for k in self._space if k in config})
                 self.bohber.new_result(job, update_model=i == len(batch) - 1)
 
     def _params(self, trial_id: str, result: dict) -> dict:
         # After a resume, TuneBOHB's saved state may predate trials that reported before the
         # crash (it raised KeyError, Ray issue #39900). Each result carries its trial's config
-        # (flattened to "config/<name>"; an inactive parameter is absent), which is all BOHB keeps.
+        # (flattened to "config/<name>", a dict value further to "config/<name>/<key>"; an inactive
+        # parameter is absent), which is all BOHB keeps.
         if trial_id not in self.trial_to_params:
-            self.trial_to_params[trial_id] = {k: result[f"config/{k}"] for k in self._space
-                                              if f"config/{k}" in result}
+            config = unflatten_dict({k[len("config/"):]: v for k, v in result.items() if k.startswith("config/")})
+            config = spaces.to_positions(self.params, {k: v for k, v in config.items() if k in self._space})
+            self.trial_to_params[trial_id] = config
         return self.trial_to_params[trial_id]
 
     def on_trial_complete(self, trial_id: str, result=None, error: bool = False):

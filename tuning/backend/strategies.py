@@ -128,12 +128,17 @@ class RandomSearch(BasicVariantGenerator):
     before the trial exists (ConditionalTrials), which is conditional sampling: the active ones'
     distribution is the same, and the random stream, resumes and extensions stay Tune's own."""
 
-    def __init__(self, *args, scheduler=None, more: int = 0, space: spaces.Space | None = None, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(self, *args, scheduler=None, more: int = 0, space: spaces.Space | None = None,
+                 points_to_evaluate: list | None = None, **kwargs):
+        points = [{k: Whole(v) if isinstance(v, (list, dict)) else v for k, v in p.items()}
+                  for p in points_to_evaluate or []]
+        super().__init__(*args, points_to_evaluate=points or None, **kwargs)
         self._scheduler, self._more = scheduler, more
         # Trials per sample: a grid over some parameters (Space.grid) runs each of its points.
         self._per_sample = spaces.mixed_grid_size(space) if space is not None else 1
-        self._params = space.params if space is not None and conditions.is_conditional(space.params) else None
+        wrapped = any(isinstance(v, Whole) for p in points for v in p.values())
+        self._params = (space.params if space is not None and (conditions.is_conditional(space.params) or wrapped)
+                        else None)
 
     def get_state(self):
         state = super().get_state()  # the generator's own state; not what this run adds to it
@@ -168,9 +173,25 @@ class RandomSearch(BasicVariantGenerator):
         return None if BasicVariantGenerator.is_finished(self) else super().next_trial()
 
 
+class Whole:
+    """A warm point's list or dict value (a Choice of them), kept whole on its way through Tune's
+    points_to_evaluate, which takes a point's dicts for nested settings to merge into its own and
+    its lists for paths into them: Tune sees a leaf, and ConditionalTrials puts the value back as
+    it makes the trial."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __eq__(self, other):  # Tune checks a point against its domain: `value in categories`
+        return self.value == (other.value if isinstance(other, Whole) else other)
+
+    __hash__ = None
+
+
 class ConditionalTrials(_TrialIterator):
     """Tune's trial iterator, whose trials leave out the parameters their own values make inactive:
-    from the config, the evaluated parameters and the trial's name alike."""
+    from the config, the evaluated parameters and the trial's name alike; and whose warm points'
+    lists and dicts come back whole (Whole)."""
 
     params: dict
 
@@ -181,7 +202,8 @@ class ConditionalTrials(_TrialIterator):
         iterator.__class__, iterator.params = cls, params
 
     def create_trial(self, resolved_vars, spec):
-        config = spec.get("config", {})
+        config = {k: v.value if isinstance(v, Whole) else v for k, v in spec.get("config", {}).items()}
+        spec = {**spec, "config": config}
         dropped = set(config) - set(conditions.drop_inactive(self.params, config))
         if dropped:
             spec = {**spec, "config": {k: v for k, v in config.items() if k not in dropped}}
@@ -287,7 +309,8 @@ def build(spec, budget=None):
 
             np.random.seed(seed + spec.extension)  # HpBandSter draws its random fraction from numpy's global generator
             model = (PaperBOHB if strategy == "bohb" else AdaptiveBOHB)(
-                space=spaces.to_configspace(space, seed), metric=space.metric, mode=space.mode, seed=seed)
+                space=spaces.to_configspace(space, seed), metric=space.metric, mode=space.mode, seed=seed,
+                params=space.params)
             model.warm(spec.warm_rows)
         bands = dict(time_attr="training_iteration", metric=space.metric, mode=space.mode, max_t=spec.max_epochs,
                      reduction_factor=space.reduction_factor, observe=model.observe if strategy != "tpe" and model else None)

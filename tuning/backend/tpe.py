@@ -28,8 +28,10 @@ class DefineByRun:
     def __init__(self, params: dict):
         self.params = params
 
-    def __call__(self, trial) -> None:
-        peers.ask(trial, self.params)
+    def __call__(self, trial) -> dict:
+        # The values, which OptunaSearch hands the trial in place of what Optuna holds (a choice
+        # of lists or dicts is held by its index: peers.ask).
+        return peers.ask(trial, self.params)
 
 
 class PrunedAware(OptunaSearch):
@@ -60,4 +62,5 @@ def searcher(space: spaces.Space, seed: int, max_t: int, points: list[dict] | No
     configurations to run first (a warm start)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial otherwise
     return PrunedAware(space=DefineByRun(space.params), metric=space.metric, mode=space.mode, max_t=max_t,
-                       sampler=optuna.samplers.TPESampler(seed=seed), points_to_evaluate=points or None)
+                       sampler=optuna.samplers.TPESampler(seed=seed),
+                       points_to_evaluate=[spaces.to_positions(space.params, p) for p in points or []] or None)

@@ -25,8 +25,8 @@ def _distribution(decl):
     many trials there."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
-    if isinstance(decl, spaces.Choice):
-        return CategoricalDistribution(list(decl.values))
+    if isinstance(decl, spaces.Choice):  # lists and dicts by position: Optuna's categories must be scalars
+        return CategoricalDistribution(list(range(len(decl.values))) if decl.by_position else list(decl.values))
     if isinstance(decl, runplots.LOG):
         return FloatDistribution(math.log10(decl.low), math.log10(decl.high))
     if isinstance(decl, spaces.IntUniform):
@@ -37,10 +37,10 @@ def _distribution(decl):
 def _value(v, decl):
     """A table cell as _distribution holds it (CSV gives back strings and floats)."""
     if isinstance(decl, spaces.Choice):
-        match = [c for c in decl.values if str(c) == str(v) or (isinstance(c, (int, float)) and c == v)]
-        if not match:
+        i = decl.cell_position(v)
+        if i is None:
             raise ValueError(f"{v!r} is none of the declared values {list(decl.values)}")
-        return match[0]
+        return i if decl.by_position else decl.values[i]
     if isinstance(decl, runplots.LOG):
         return min(max(math.log10(float(v)), math.log10(decl.low)), math.log10(decl.high))  # rounding at the ends
     return int(v) if isinstance(decl, spaces.IntUniform) else float(v)

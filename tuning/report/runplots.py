@@ -182,12 +182,16 @@ def best_so_far(epochs: pd.DataFrame, *, metric: str, mode: str, label: str, sta
 LOG = (spaces.LogUniform, spaces.IntLogUniform)  # drawn on a log axis, as they are searched
 
 
+def _or_nan(i: int | None) -> float:
+    return np.nan if i is None else i
+
+
 def _axis(ax, name: str, decl, values: pd.Series) -> pd.Series:
     """Set up the x axis for a parameter; returns the values as plotted (categories as positions)."""
     if isinstance(decl, spaces.Choice):
-        order = list(decl.values)
-        pos = values.map(lambda v: next((i for i, c in enumerate(order) if str(c) == str(v)), np.nan))
-        ax.set_xticks(range(len(order)), [str(c) for c in order])
+        order = [spaces.label(c) for c in decl.values]  # a list or dict as JSON text
+        pos = values.map(lambda v: _or_nan(decl.cell_position(v)))
+        ax.set_xticks(range(len(order)), order)
         ax.set_xlabel(name)
         jitter = np.random.default_rng(0).uniform(-0.12, 0.12, len(pos))  # seeded: reproducible
         return pos + jitter
@@ -264,8 +268,8 @@ def _unit(decl, values: pd.Series) -> tuple[pd.Series, list[str]]:
 
 def _scaled(decl, values: pd.Series) -> tuple[pd.Series, list[str]]:
     if isinstance(decl, spaces.Choice):
-        order = [str(c) for c in decl.values]
-        pos = values.map(lambda v: order.index(str(v)) if str(v) in order else np.nan)
+        order = [spaces.label(c) for c in decl.values]
+        pos = values.map(lambda v: _or_nan(decl.cell_position(v)))
         return pos / max(1, len(order) - 1), [order[0], order[-1]]
     lo, hi = float(decl.low), float(decl.high)
     if isinstance(decl, LOG):
