@@ -92,6 +92,49 @@ def test_numpy_values_in_fixed_are_written_as_json_lists_and_numbers(ray_here, t
     assert json.loads((tmp_path / "r" / "best_config.json").read_text())["fixed"] == expected
 
 
+# ---------------------------------------------------------------- 4: a conditional parameter needs a default
+
+def no_default_momentum(*, optimizer, lr, momentum, epochs, state=None, on_epoch):
+    """momentum exists under sgd only, but the trainer has no default for it: every adamw trial
+    would fail with TypeError."""
+
+
+SGD_ONLY = {"optimizer": tuning.Choice(["adamw", "sgd"]), "lr": tuning.LogUniform(1e-3, 1e-1),
+            "momentum": tuning.Uniform(0.8, 0.99, when={"optimizer": "sgd"})}
+
+
+def test_a_trainer_without_a_default_for_a_conditional_parameter_is_refused_before_any_trial(tmp_path):
+    space = tuning.Space(params=SGD_ONLY, trainer=no_default_momentum, max_epochs=2, gpus_per_trial=0)
+    with pytest.raises(tuning.TuningError) as err:
+        tuning.search(None, space, strategy="random", results_dir=tmp_path / "r")
+    line = str(err.value)
+    assert "momentum" in line and "default" in line and "optimizer is 'sgd'" in line and "\n" not in line
+    assert not (tmp_path / "r").exists()  # refused before anything was written, or Ray started
+
+
+def test_the_cli_refuses_it_with_exit_2_and_one_line(tmp_path, capsys):
+    from cli_helpers import refused
+    from tuning import run
+
+    space = tmp_path / "space.py"
+    space.write_text(
+        "from tuning import Choice, LogUniform, Space, Uniform\n\n"
+        "def train(*, optimizer, lr, momentum, epochs, state=None, on_epoch):\n    pass\n\n"
+        "SPACE = Space(params={'optimizer': Choice(['adamw', 'sgd']), 'lr': LogUniform(1e-3, 1e-1),\n"
+        "                      'momentum': Uniform(0.8, 0.99, when={'optimizer': ['sgd']})}, trainer=train)\n")
+    refused(capsys, run.main, ["--space", str(space), "--results-dir", str(tmp_path / "r")], "momentum", "default")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_default_for_it_passes_the_check():
+    from tuning import contract
+
+    def train(*, optimizer, lr, momentum=None, epochs, state=None, on_epoch):
+        pass
+
+    contract.check_signature(train, "train", list(SGD_ONLY), [], conditional={"momentum": {"optimizer": ("sgd",)}})
+
+
 # ---------------------------------------------------------------- 5: a Choice of any JSON value
 
 ARCHS = [{"layers": 1, "width": 8}, {"layers": 2, "width": 16}]  # settings chosen together, as Ray users do

@@ -217,7 +217,8 @@ def _check_trainer(space: spaces.Space, workers: int) -> None:
         return
     fn = contract.resolve(space.trainer)
     name = spaces.trainer_name(space.trainer)
-    contract.check_signature(fn, name, list(space.params), list(space.fixed), ranks=workers)
+    contract.check_signature(fn, name, list(space.params), list(space.fixed), ranks=workers,
+                             conditional={k: p.when for k, p in space.params.items() if p.when})
     if workers > 1 and contract.module_of(fn) is None:
         raise contract.ContractError(f"trainer {name}: --workers-per-trial {workers} spawns DDP ranks, which import "
                                      "the trainer by name: define it in an importable module and pass "

@@ -114,11 +114,13 @@ def accepted(fn: Callable) -> tuple[set[str], bool]:
     return names, any(p.kind == p.VAR_KEYWORD for p in sig.parameters.values())
 
 
-def check_signature(fn: Callable, name: str, params: list[str], fixed: list[str], *, ranks: int = 1) -> None:
+def check_signature(fn: Callable, name: str, params: list[str], fixed: list[str], *, ranks: int = 1,
+                    conditional: dict[str, dict] | None = None) -> None:
     """The trainer takes every searched and fixed parameter, epochs, state and on_epoch by keyword
-    (and rank, world_size and device when a trial trains as several ranks); else one line saying
-    which it lacks and what its signature is. A trainer that returns its metrics and takes no
-    on_epoch (reporting(fn) == "returns") needs only the parameters."""
+    (and rank, world_size and device when a trial trains as several ranks), and has a default for
+    every parameter under `when=` (`conditional`: name -> its when); else one line saying what it
+    lacks and what its signature is. A trainer that returns its metrics and takes no on_epoch
+    (reporting(fn) == "returns") needs only the parameters."""
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # a builtin or C function: nothing to check against
@@ -133,6 +135,16 @@ def check_signature(fn: Callable, name: str, params: list[str], fixed: list[str]
         raise ContractError(f"trainer {name} does not take {what}: its signature is {fn.__name__}{sig}; take every "
                             "searched and fixed parameter, epochs, state and on_epoch as keyword arguments "
                             "(docs/your-trainer.md)")
+    # A parameter under when= is left out of the call where its condition does not hold: without a
+    # default every such trial fails with TypeError, and is retried to fail again.
+    bare = [n for n in conditional or {} if n in sig.parameters and sig.parameters[n].default is sig.empty]
+    if bare:
+        where = "; ".join(f"{n} only where " + " and ".join(f"{parent} is {' or '.join(map(repr, values))}"
+                                                          for parent, values in conditional[n].items())
+                          for n in bare)
+        raise ContractError(f"trainer {name} has no default for {', '.join(bare)}, declared under when= ({where}): "
+                            "the trials where it is inactive are called without it; give it a default, e.g. "
+                            f"{bare[0]}=None (its signature is {fn.__name__}{sig})")
     # A parameter without a default that tuning never passes: the first call would raise.
     unpassed = [n for n, p in sig.parameters.items() if p.default is p.empty
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
