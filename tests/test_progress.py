@@ -68,3 +68,71 @@ def test_tunes_switches_are_set_for_the_run_and_a_users_own_value_kept(monkeypat
         assert os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] == "1"
     assert os.environ["TUNE_GLOBAL_CHECKPOINT_S"] == "7"
     assert "TUNE_DISABLE_AUTO_CALLBACK_LOGGERS" not in os.environ
+
+
+# ---------------------------------------------------------------- an honest line (issue 40)
+
+def _trial(status: str, epochs: int = 0, loss: float = 1.0):
+    from types import SimpleNamespace
+
+    result = {"training_iteration": epochs, "time_total_s": 2.0 * epochs, "loss": loss} if epochs else {}
+    return SimpleNamespace(status=status, last_result=result,
+                           metric_analysis={"loss": {"min": loss}} if epochs else {})
+
+
+def _line(capsys, reporter, trials, done=False) -> str:
+    capsys.readouterr()
+    reporter._progress(trials, done)
+    return capsys.readouterr().out.strip()
+
+
+def test_the_line_never_reaches_the_end_while_a_trial_runs(capsys):
+    """ASHA's first plan is halving's expected cost; its first trials pass rungs that cannot judge
+    them yet, so the epochs done reach the plan with trials still running. The line keeps counting,
+    says why the plan grew, and says it again at the end."""
+    from tuning.backend import tune_parts
+
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="mf_hartmann", num_samples=8, max_epochs=4)
+    reporter = tune_parts.reporter(space, planned=16, strategy="asha")
+    trials = [_trial("TERMINATED", 4), _trial("TERMINATED", 4), *[_trial("TERMINATED", 2)] * 4,
+              _trial("RUNNING", 1), _trial("PENDING")]
+    line = _line(capsys, reporter, trials)
+    assert "17/19 epochs (89 %) (plan grew from 16: ASHA let trials on before their rungs could judge them; " \
+           "1 running and 1 waiting, each with an epoch to come)" in line
+    assert "about 0 s left" not in line and "100 %" not in line
+    # The count reaches the first plan while one still runs: not 100 %, and time left.
+    line = _line(capsys, reporter, [_trial("TERMINATED", 4)] * 3 + [_trial("TERMINATED", 1)] * 4 + [_trial("RUNNING", 0)])
+    assert "16/17 epochs (94 %) (plan grew from 16: 1 running, each with an epoch to come)" in line
+    assert "about 0 s left" not in line
+    end = _line(capsys, reporter, [_trial("TERMINATED", 4)] * 3 + [_trial("TERMINATED", 1)] * 5, done=True)
+    assert "17 epochs of 16 planned (1 more: ASHA let trials on before their rungs could judge them)" in end
+    # Where the plan holds, the line says nothing of it.
+    est = progress.estimate(done=10, done_at_start=0, planned=54, elapsed_s=5, epoch_s=[1.0], at_once=2, best=None,
+                            running=2, waiting=1, strategy="random")
+    assert "plan grew" not in est.line("loss") and est.planned == 54
+
+
+def test_a_resumed_run_keeps_its_elapsed_time(ray_2cpus, tmp_path, capsys):
+    """A time budget stops the first segment; the resume's first line goes on from the wall time
+    run.json recorded for it, not from 0 s."""
+    import re
+
+    space = tuning.Space(params={f"x{i}": tuning.Uniform(0.0, 1.0) for i in range(6)}, trainer="mf_hartmann",
+                         num_samples=40, max_epochs=9, gpus_per_trial=0)
+    first = tuning.search(None, space, strategy="random", time_budget=6, seed=0, results_dir=tmp_path / "r")
+    assert first.status == "time budget spent"
+    before = json.loads((tmp_path / "r" / "run.json").read_text())["wall_time_s"]
+    assert before >= 6
+    capsys.readouterr()
+    done = tuning.resume(tmp_path / "r", time_budget=600)
+    assert done.status == "finished"
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(("Progress:", "Ended after"))]
+
+    def seconds(line: str) -> int:
+        m = re.search(r"(?:(\d+) min )?(\d+) s elapsed" if line.startswith("Progress") else
+                      r"Ended after (?:(\d+) min )?(\d+) s", line)
+        return int(m.group(1) or 0) * 60 + int(m.group(2))
+
+    assert seconds(lines[0]) >= int(before) - 1, lines[0]
+    saved = json.loads((tmp_path / "r" / progress.PROGRESS_FILE).read_text())
+    assert saved["elapsed_s"] >= before

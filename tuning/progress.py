@@ -11,6 +11,13 @@ The planned total is what the strategy will train if every trial runs as planned
   at each next one (ASHA promotes asynchronously, so a run can differ a little either way);
 - Hyperband, BOHB and tpe: the brackets the trials fill, each with its own rungs, exactly as
   tuning/backend/hyperband.py opens them (largest bracket first, band after band).
+
+While trials run, the count never reaches the plan: every trial running or waiting trains at least
+one more epoch, so the live plan is at least the epochs done plus those, and the line says why it
+grew past the first plan. ASHA is why it grows: a rung's first results cannot be judged against
+results not in yet, so Tune's ASHA lets them go on, and trials started together all pass the rungs
+they reach first (eight trials of up to 4 epochs, rungs at 1 and 2, two at a time: planned 16
+epochs, trained 21, the first two trials to the full budget before a third had reported).
 """
 
 from __future__ import annotations
@@ -82,30 +89,52 @@ def planned_epochs(strategy: str, *, trials: int, max_epochs: int, grace_period:
 @dataclass
 class Estimate:
     done: int  # epochs trained so far, this run in all (earlier segments included)
-    planned: int
-    elapsed_s: float  # this segment's wall time
+    planned: int  # the live plan: the first plan, or more where the run has outgrown it (estimate)
+    elapsed_s: float  # the run's wall time, earlier segments included
     left_s: float | None  # None until the first epochs of this segment are in
     best: float | None
+    first_plan: int | None = None  # the plan the run started with; None: the same as planned
+    why: str = ""  # why the live plan is above the first one
 
     def line(self, metric: str, finished: bool = False) -> str:
         best = "" if self.best is None else f", best {metric} {self.best:.4g}"
+        first = self.planned if self.first_plan is None else self.first_plan
         if finished:
-            return f"Ended after {duration(self.elapsed_s)}: {self.done} epochs of {self.planned} planned{best}"
-        share = 100 * self.done / self.planned if self.planned else 0.0
+            more = f" ({self.done - first} more: {self.why})" if self.done > first and self.why else ""
+            return f"Ended after {duration(self.elapsed_s)}: {self.done} epochs of {first} planned{more}{best}"
+        # Floored, and below 100 until the end: a run whose trials still run is not done.
+        share = min(99, int(100 * self.done / self.planned)) if self.planned else 0
         left = "estimating" if self.left_s is None else f"about {duration(self.left_s)} left"
-        return (f"Progress: {self.done}/{self.planned} epochs ({share:.0f} %), {duration(self.elapsed_s)} "
+        grew = f" (plan grew from {first}: {self.why})" if self.planned > first and self.why else ""
+        return (f"Progress: {self.done}/{self.planned} epochs ({share} %){grew}, {duration(self.elapsed_s)} "
                 f"elapsed, {left}{best}")
 
 
 def estimate(*, done: int, done_at_start: int, planned: int, elapsed_s: float, epoch_s: list[float],
-             at_once: int, best: float | None) -> Estimate:
-    """The time left: the epochs still planned times the mean measured epoch time, divided by the
-    trials that ran at once. `done_at_start`: the epochs an earlier segment had trained (a resume),
-    which this segment's clock did not see."""
+             at_once: int, best: float | None, running: int = 0, waiting: int = 0, strategy: str = "") -> Estimate:
+    """The live plan and the time left: the epochs still planned times the mean measured epoch time,
+    divided by the trials that ran at once. `done_at_start`: the epochs an earlier segment had
+    trained (a resume), which this segment's clock did not see. `running`, `waiting`: trials
+    training or not started yet, each at least one epoch still to come, so the live plan is at least
+    done + running + waiting and the line never shows the end while one runs."""
+    live = max(planned, done + running + waiting)
     left_s = None
     if epoch_s and done > done_at_start:
-        left_s = max(0, planned - done) * (sum(epoch_s) / len(epoch_s)) / max(1, at_once)
-    return Estimate(done=done, planned=max(planned, done), elapsed_s=elapsed_s, left_s=left_s, best=best)
+        left_s = (live - done) * (sum(epoch_s) / len(epoch_s)) / max(1, at_once)
+    return Estimate(done=done, planned=live, elapsed_s=elapsed_s, left_s=left_s, best=best, first_plan=planned,
+                    why=why_grown(strategy, done=done, planned=planned, running=running, waiting=waiting))
+
+
+def why_grown(strategy: str, *, done: int, planned: int, running: int, waiting: int) -> str:
+    """Why a run's live plan is above its first one, in words; "" where it is not."""
+    reasons = []
+    if done > planned:
+        reasons.append("ASHA let trials on before their rungs could judge them"
+                       if strategy == "asha" else "the strategy trained more than its arithmetic expected")
+    if done + running + waiting > max(planned, done):
+        reasons.append(" and ".join(f"{n} {what}" for n, what in ((running, "running"), (waiting, "waiting")) if n)
+                       + ", each with an epoch to come")
+    return "; ".join(reasons)
 
 
 def duration(seconds: float) -> str:

@@ -284,7 +284,7 @@ def _run_spec(space: spaces.Space, record: RunRecord, source, results_dir: Path,
         storage_path=record.storage_path, tune_logs=record.tune_logs,
         progress_every_s=progress_every_s, on_progress=on_progress, add_samples=add_samples,
         extension=len(record.extensions), **_warm(space, record, resume),
-        time_budget_s=record.time_budget_s, time_used_s=record.time_used_s,
+        time_budget_s=record.time_budget_s, time_used_s=record.time_used_s, elapsed_before_s=record.wall_time_s,
         on_time_used=lambda used: _time_used(results_dir, record, used))
 
 

@@ -115,6 +115,7 @@ class RunSpec:
     warm_points: list = field(default_factory=list)  # configurations to evaluate first
     warm_rows: list = field(default_factory=list)  # earlier runs' results, for BOHB's model
     time_budget_s: float | None = None  # seconds of running time, of which time_used_s are gone
+    elapsed_before_s: float = 0.0  # the wall time of the run's earlier segments: the progress line goes on from it
     time_used_s: float = 0.0
     on_time_used: Callable[[float], None] | None = None  # told the running total every few seconds
     # Called with (search_alg, scheduler) once tune.run returns: lets tests look at the brackets
@@ -167,7 +168,8 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
             stop=parts.stopper(spec.max_epochs, spec.budget_iterations),
             resources_per_trial={"cpu": spec.cpus_per_trial, "gpu": spec.gpus_per_trial},
             progress_reporter=parts.reporter(space, spec.progress_every_s, planned=planned,
-                                             results_dir=spec.results_dir) if spec.progress else None,
+                                             results_dir=spec.results_dir, strategy=spec.strategy,
+                                             elapsed_before_s=spec.elapsed_before_s) if spec.progress else None,
             verbose=1 if spec.progress else 0,
             # Without reuse every trial starts a fresh Python process and imports torch again.
             reuse_actors=True,

@@ -117,11 +117,14 @@ class Reporter(CLIReporter):
         full = {**dict.fromkeys(self._parameter_columns), **config}
         return SimpleNamespace(trial_id=best.trial_id, last_result={**best.last_result, "config": full}), metric
 
-    def setup_progress(self, planned: int, results_dir: Path | None) -> None:
+    def setup_progress(self, planned: int, results_dir: Path | None, *, strategy: str = "",
+                       elapsed_before_s: float = 0.0) -> None:
         """Each table is followed by a progress line (tuning/progress.py) over `planned` epochs,
         also written to results_dir/progress.json for the live report; an interactive terminal
-        also gets a progress bar, updated at every step."""
+        also gets a progress bar, updated at every step. `elapsed_before_s`: the wall time of the
+        run's earlier segments (a resume), which the elapsed time goes on from."""
         self._planned, self._progress_file = planned, results_dir and results_dir / progress.PROGRESS_FILE
+        self._strategy, self._before = strategy, elapsed_before_s
         self._started, self._at_start, self._at_once, self._early = time.monotonic(), None, 1, None
         self._bar = None
         if sys.stderr.isatty():
@@ -154,10 +157,16 @@ class Reporter(CLIReporter):
         values = [t.metric_analysis[self._metric][self._mode] for t in trials if self._metric in t.metric_analysis]
         best = (min if self._mode == "min" else max)(values) if values else None
         est = progress.estimate(done=done_now, done_at_start=self._at_start, planned=self._planned,
-                                elapsed_s=time.monotonic() - self._started, epoch_s=per_epoch,
-                                at_once=self._at_once, best=best)
-        if self._early is None and est.left_s is not None and done_now >= 0.1 * self._planned:
-            self._early = est.elapsed_s + est.left_s  # the estimate the run is judged by at the end
+                                elapsed_s=self._before + time.monotonic() - self._started, epoch_s=per_epoch,
+                                at_once=self._at_once, best=best, strategy=self._strategy,
+                                running=sum(t.status == "RUNNING" for t in trials),
+                                waiting=sum(t.status == "PENDING" for t in trials))
+        if self._bar is not None:
+            self._bar.total = est.planned
+        # The estimate the run is judged by at the end: made at 10 % of the run, so not on a resume past it.
+        if (self._early is None and est.left_s is not None and done_now >= 0.1 * self._planned
+                and self._at_start < 0.1 * self._planned):
+            self._early = est.elapsed_s + est.left_s
         line = est.line(self._metric, finished=done)
         if done and self._early is not None:
             line += f" (estimated after the first 10 % of the run: {progress.duration(self._early)})"
@@ -173,7 +182,7 @@ def _epochs_done(trials) -> int:
 
 
 def reporter(space: spaces.Space, every_s: float = 30, *, planned: int | None = None,
-             results_dir: Path | None = None) -> Reporter:
+             results_dir: Path | None = None, strategy: str = "", elapsed_before_s: float = 0.0) -> Reporter:
     """The progress table of a run of `space`, sorted by its metric; with `planned` (epochs), a
     progress line and ETA after each table (Reporter.setup_progress)."""
     # A table at the first step, then at most every every_s (Tune's default, 5 s, buries a CIFAR
@@ -186,7 +195,7 @@ def reporter(space: spaces.Space, every_s: float = 30, *, planned: int | None = 
                      mode=space.mode, sort_by_metric=True, max_report_frequency=every_s,
                      print_intermediate_tables=True)
     if planned is not None:
-        table.setup_progress(planned, results_dir)
+        table.setup_progress(planned, results_dir, strategy=strategy, elapsed_before_s=elapsed_before_s)
     return table
 
 
