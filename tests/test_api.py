@@ -186,9 +186,10 @@ def test_a_trainer_that_raises_in_every_trial(ray_here, tmp_path, capsys):
     out, err = capsys.readouterr()
     trials = pd.read_csv(tmp_path / "r" / "trials.csv")
     assert (trials["status"] == "ERROR").all() and trials["error"].str.contains("shapes").all()
-    traceback = Path(trials["error_file"][0]).read_text()
+    kept = tmp_path / "r" / trials["error_file"][0]  # errors/<trial_id>.txt in the results dir
+    traceback = kept.read_text()
     assert "user_trainers.py" in traceback and "ValueError: shapes (32, 10)" in traceback
-    assert "No trial reported a usable score" in out and f"its traceback: {trials['error_file'][0]}" in out
+    assert "No trial reported a usable score" in out and f"its traceback: {kept}" in out
     assert json.loads((tmp_path / "r" / "run.json").read_text())["status"] == "finished"
 
 
@@ -223,4 +224,4 @@ def test_a_state_that_cannot_be_saved(ray_here, tmp_path, capsys):
     trials = pd.read_csv(tmp_path / "r" / "trials.csv")
     assert (trials["status"] == "ERROR").all()
     assert trials["error"].str.contains("state cannot be saved as a checkpoint").all()
-    assert "generator" in Path(trials["error_file"][0]).read_text()
+    assert "generator" in (tmp_path / "r" / trials["error_file"][0]).read_text()

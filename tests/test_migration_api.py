@@ -73,24 +73,39 @@ def test_log_keyword_saying_what_the_type_is_anyway_is_accepted():
 
 # ---------------------------------------------------------------- 3: numpy values in files as JSON
 
-def weighted(*, lr, weights, scale, shape, epochs, state=None, on_epoch):
-    for e in range(state["epoch"] if state else 0, epochs):
-        on_epoch({"loss": float(lr * scale * weights.sum()) + 1 / (e + 1)}, {"epoch": e + 1})
+def keeps_weights(*, lr, offsets, scale, count, epochs, state=None, on_epoch):
+    """Its state is the weights of every epoch so far; its fixed settings are numpy values."""
+    weights = state["weights"] if state else []
+    for e in range(len(weights), epochs):
+        weights = [*weights, lr * (e + 1)]
+        loss = abs(lr - 0.3) * float(scale * offsets.sum()) / count + 1 / (e + 1)
+        on_epoch({"loss": loss}, {"weights": weights, "epoch": e + 1})
 
 
-def test_numpy_values_in_fixed_are_written_as_json_lists_and_numbers(ray_here, tmp_path):
+@pytest.fixture(scope="module")
+def weights_run(ray_here, tmp_path_factory):
+    """(result, Tune's progress table as printed): a grid of 3 trials of 2 epochs."""
+    import contextlib
+    import io
+
     import numpy as np
 
-    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0, grid=2)}, trainer=weighted, metric="loss",
-                         fixed={"weights": np.array([0.5, 1.5]), "scale": np.float32(2.0), "shape": np.int64(3)},
-                         max_epochs=1, gpus_per_trial=0)
-    result = tuning.search(None, space, strategy="grid", results_dir=tmp_path / "r")
-    assert result.status == "finished" and result.succeeded == 2
-    expected = {"weights": [0.5, 1.5], "scale": 2.0, "shape": 3}
-    run_json = json.loads((tmp_path / "r" / "run.json").read_text())
-    assert run_json["fixed"] == expected and run_json["declaration"]["fixed"] == expected
-    assert json.loads((tmp_path / "r" / "best_config.json").read_text())["fixed"] == expected
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0, grid=3)}, trainer=keeps_weights, metric="loss",
+                         fixed={"offsets": np.array([0.5, 1.5]), "scale": np.float32(2.0), "count": np.int64(3)},
+                         max_epochs=2, gpus_per_trial=0)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        result = tuning.search(None, space, strategy="grid", results_dir=tmp_path_factory.mktemp("weights") / "r")
+    return result, out.getvalue()
 
+
+def test_numpy_values_in_fixed_are_written_as_json_lists_and_numbers(weights_run):
+    result, _ = weights_run
+    assert result.status == "finished" and result.succeeded == 3  # the trainer got the arrays themselves
+    expected = {"offsets": [0.5, 1.5], "scale": 2.0, "count": 3}
+    run_json = json.loads((result.results_dir / "run.json").read_text())
+    assert run_json["fixed"] == expected and run_json["declaration"]["fixed"] == expected
+    assert json.loads((result.results_dir / "best_config.json").read_text())["fixed"] == expected
 
 # ---------------------------------------------------------------- 4: a conditional parameter needs a default
 
@@ -177,9 +192,9 @@ def _check_choice_run(result, folder: Path):
     assert result.report is not None and "arch" in (folder / "report.md").read_text()
 
 
-@pytest.mark.parametrize("strategy", ["grid", "bohb", "tpe",
-                                      *(pytest.param(s, marks=pytest.mark.slow)
-                                        for s in ("random", "asha", "hyperband", "adaptive"))])
+# grid: choice_grid_run below; tpe: its warm-started run below.
+@pytest.mark.parametrize("strategy", ["bohb", *(pytest.param(s, marks=pytest.mark.slow)
+                                               for s in ("tpe", "random", "asha", "hyperband", "adaptive"))])
 def test_a_choice_of_dicts_lists_and_none_runs_under_every_strategy(ray_here, tmp_path, strategy):
     """Ray users pass tune.choice a list of dicts (a set of model settings); ConfigSpace (bohb,
     adaptive) and Optuna (tpe) take scalar categories only, so they see positions and the trainer
@@ -192,6 +207,11 @@ def test_a_choice_of_dicts_lists_and_none_runs_under_every_strategy(ray_here, tm
 def choice_grid_run(ray_here, tmp_path_factory):
     folder = tmp_path_factory.mktemp("choice") / "grid"
     return tuning.search(None, choice_space(), strategy="grid", seed=0, results_dir=folder)
+
+
+def test_a_choice_of_dicts_lists_and_none_runs_under_grid(choice_grid_run):
+    _check_choice_run(choice_grid_run, choice_grid_run.results_dir)
+    assert len(choice_grid_run.trials) == 6  # 2 archs x 3 shapes, dropout under one arch only
 
 
 @pytest.mark.parametrize("strategy", ["random", "tpe", pytest.param("bohb", marks=pytest.mark.slow)])
@@ -221,3 +241,92 @@ def test_choice_values_are_json_values_kept_as_files_hold_them():
     for bad in ({"a", "b"}, {1: "a"}):
         with pytest.raises(tuning.SpaceError, match="not a JSON value"):
             tuning.Choice([bad, "other"])
+
+
+# ---------------------------------------------------------------- 6 and 9: the best checkpoint, trial names
+
+def test_best_checkpoint_is_the_best_trials_last_state(weights_run):
+    result, _ = weights_run
+    lr = result.best.config["lr"]
+    assert lr == 0.5  # nearest 0.3 of 0, 0.5, 1
+    checkpoint = result.best.checkpoint
+    assert checkpoint.is_relative_to(result.results_dir / "tune" / result.best.trial_id)
+    assert tuning.load_checkpoint(checkpoint) == {"weights": [lr, 2 * lr], "epoch": 2}  # its last epoch's
+    best = json.loads((result.results_dir / "best_config.json").read_text())
+    assert result.results_dir / best["checkpoint"] == checkpoint  # relative to the results dir
+
+
+def test_trials_are_named_after_the_trainer_in_tunes_table(weights_run):
+    result, table = weights_run
+    assert f"keeps_weights_{result.best.trial_id}" in table and "train_function" not in table
+
+
+def test_a_trial_that_kept_no_checkpoint_has_none_and_a_benchmark_names_its_trials(ray_here, tmp_path, capsys):
+    result = tuning.search(None, "mf_hartmann", strategy="random", num_samples=2, max_epochs=2,
+                           results_dir=tmp_path / "r")
+    assert result.best is not None and result.best.checkpoint is None
+    assert json.loads((tmp_path / "r" / "best_config.json").read_text())["checkpoint"] is None
+    table = capsys.readouterr().out
+    assert f"mf_hartmann_{result.best.trial_id}" in table and "SyntheticBenchmark" not in table
+
+
+def test_load_checkpoint_of_a_folder_without_state_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="result.best.checkpoint"):
+        tuning.load_checkpoint(tmp_path)
+
+
+# ---------------------------------------------------------------- 7: tracebacks kept in the results folder
+
+def fails(*, lr, epochs, state=None, on_epoch):
+    raise ValueError(f"shapes (32, 10) and (32, 3) do not match for lr={lr}")
+
+
+def test_an_errored_trials_traceback_is_copied_into_the_results_folder(ray_here, tmp_path):
+    import pandas as pd
+
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0, grid=2)}, trainer=fails, max_epochs=1,
+                         gpus_per_trial=0)
+    result = tuning.search(None, space, strategy="grid", max_failures=0, results_dir=tmp_path / "r")
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv", dtype={"trial_id": str})
+    assert (trials["status"] == "ERROR").all() and len(trials) == 2
+    for _, row in trials.iterrows():
+        assert row["error_file"] == f"errors/{row['trial_id']}.txt"  # relative to the results dir
+        traceback = (tmp_path / "r" / row["error_file"]).read_text()
+        assert "Failure # 1" in traceback and "ValueError: shapes (32, 10)" in traceback
+        assert row["error"].startswith("ValueError: shapes (32, 10)")
+    assert str(tmp_path / "r" / "errors") in result.summary()  # the summary names where it is
+
+
+# ---------------------------------------------------------------- 8: MLflow's times in milliseconds
+
+def sleeps(*, lr, epochs, state=None, on_epoch):
+    import time
+
+    for e in range(state["epoch"] if state else 0, epochs):
+        time.sleep(0.2 + 0.1 * lr)
+        on_epoch({"loss": lr}, {"epoch": e + 1})
+
+
+def test_mlflow_child_runs_carry_each_trials_start_and_end_in_milliseconds(ray_here, tmp_path):
+    pytest.importorskip("mlflow", reason="make test installs the mlflow extra")
+    from mlflow.tracking import MlflowClient
+
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0, grid=2)}, trainer=sleeps, metric="loss",
+                         max_epochs=2, gpus_per_trial=0)
+    folder = tmp_path / "r"
+    tuning.search(None, space, strategy="grid", results_dir=folder, mlflow=True, mlflow_experiment="times")
+    rows = {}
+    for row in map(json.loads, (folder / "results.jsonl").read_text().splitlines()):
+        rows.setdefault(row["trial_id"], []).append(row)
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("times")
+    children = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 2
+    for run in children:
+        mine = rows[run.data.tags["trial_id"]]
+        first, last = mine[0], mine[-1]
+        assert run.info.start_time == round(1000 * (first["ended_at"] - first["time_this_iter_s"]))
+        assert run.info.end_time == round(1000 * last["ended_at"])
+        # Its epochs' time, and the waits between them for the driver: more than the epochs alone
+        assert run.info.end_time - run.info.start_time >= 1000 * sum(r["time_this_iter_s"] for r in mine) - 1
+        assert run.info.start_time % 1000 or run.info.end_time % 1000  # milliseconds, not whole seconds

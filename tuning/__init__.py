@@ -7,6 +7,7 @@
                   metric="accuracy", mode="max", max_epochs=10)
     result = tuning.search(train, space, strategy="bohb", num_samples=32)
     result.trials, result.best.config, result.report
+    state = tuning.load_checkpoint(result.best.checkpoint)   # the best trial's last on_epoch state
 
 search() and resume() import torch and Ray when called, not when tuning is imported.
 """
@@ -16,7 +17,7 @@ from tuning.spaces import Choice, IntLogUniform, IntUniform, LogUniform, Space, 
 
 __version__ = "0.1.0"
 __all__ = ["search", "resume", "SearchResult", "Best", "Space", "LogUniform", "Uniform", "IntUniform",
-           "IntLogUniform", "Choice", "TuningError", "SpaceError"]
+           "IntLogUniform", "Choice", "TuningError", "SpaceError", "load_checkpoint"]
 
 
 def __getattr__(name: str):
@@ -25,6 +26,10 @@ def __getattr__(name: str):
         from tuning import api
 
         return getattr(api, name)
+    if name == "load_checkpoint":  # trialstate imports psutil, not torch: torch only for a torch.save'd state
+        from tuning import trialstate
+
+        return trialstate.load_checkpoint
     if name in ("SearchResult", "Best"):
         from tuning import session
 

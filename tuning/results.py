@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 # (memory, where it ran, whether it diverged or was restored) and Tune's clock and place.
 DIAGNOSTICS = ["diverged", "restored_from", "world_size", "train_time_s", "eval_time_s", "images_per_s", "bf16",
                "rss_mb", "peak_rss_mb", "cuda_max_allocated_mb", "cuda_reserved_mb", "memory_growing",
-               "time_this_iter_s", "time_total_s", "timestamp", "node_ip", "node_id", "pid", "rank_pids", "trainer_pid"]
+               "time_this_iter_s", "time_total_s", "timestamp", "ended_at", "node_ip", "node_id", "pid", "rank_pids", "trainer_pid"]
 # Tune's own keys in every result (ray.tune.result's AUTO_RESULT_KEYS and the rest it adds; a test
 # checks this against Ray's): never a trainer's metric.
 TUNE_KEYS = {"training_iteration", "time_this_iter_s", "time_total_s", "timestamp", "date", "hostname",

@@ -7,7 +7,6 @@ makes the record (tuning.record), then calls this.
 from __future__ import annotations
 
 import logging
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +37,10 @@ class Best:
     metrics: dict  # every final metric, and test_loss / test_accuracy where measured
     epochs: int
     note: str = ""  # empty at the full budget; else how it was chosen
+    # Its last checkpoint: the folder (a Path; a URI with --storage-path) whose state
+    # tuning.load_checkpoint reads back; None where the trial kept none (a trainer that returns its
+    # metrics, a synthetic benchmark).
+    checkpoint: Path | str | None = None
 
 
 @dataclass
@@ -113,7 +116,8 @@ class SearchResult:
         if failed.empty:
             return []
         first = failed.iloc[0]
-        where = f"; its traceback: {first['error_file']}" if first.get("error_file") else ""
+        # error_file: relative to the results dir (errors/<trial_id>.txt)
+        where = f"; its traceback: {self.results_dir / first['error_file']}" if first.get("error_file") else ""
         return [f"  {len(failed)} trial(s) failed; trial {first['trial_id']}: {first['error']}{where}"]
 
 
@@ -319,13 +323,27 @@ def _best(trials, records: list[dict], space: spaces.Space, source, record: RunR
                               width=config.get("width", space.fixed.get("width", 16))))
     metrics = {k: row[k] for k in [*results.metric_keys(records, space.metric), "test_loss", "test_accuracy",
                                    "test_images"] if row.get(k) is not None}
+    checkpoint = _checkpoint(row, records)
     best = Best(trial_id=row["trial_id"], config=config, metrics=metrics,
-                epochs=int(row["epochs"]), note=note)
+                epochs=int(row["epochs"]), note=note, checkpoint=checkpoint)
     record.best, record.best_note = row, note
+    kept = checkpoint if not isinstance(checkpoint, Path) else str(
+        checkpoint.relative_to(results_dir) if checkpoint.is_relative_to(results_dir) else checkpoint)
     results.write_json(results_dir / "best_config.json", {
         "trial_id": best.trial_id, "config": best.config, "fixed": dict(space.fixed), "metric": space.metric,
-        "mode": space.mode, **metrics, "epochs": best.epochs, **({"note": note} if note else {})})
+        "mode": space.mode, **metrics, "epochs": best.epochs, **({"note": note} if note else {}),
+        "checkpoint": kept})
     return best
+
+
+def _checkpoint(best: dict, records: list[dict]) -> Path | str | None:
+    """The best trial's last checkpoint folder, where it holds a trainer's state."""
+    from tuning import trialstate
+
+    ckpt = next((r["checkpoint"] for r in records if r["trial_id"] == best["trial_id"]), None)
+    if not trialstate.holds_state(ckpt):
+        return None
+    return ckpt if "://" in ckpt else Path(ckpt)
 
 
 def _record_end(record: RunRecord, trials, best: Best | None, status: str, started: float) -> None:
@@ -358,14 +376,7 @@ def _test_best(best: dict, records: list[dict], space: spaces.Space, source: dat
     ckpt = next((r["checkpoint"] for r in records if r["trial_id"] == best["trial_id"]), None)
     if ckpt is None:
         return {}
-    if "://" in ckpt:  # shared storage on a cluster: bring the checkpoint here first
-        import pyarrow.fs
-
-        with tempfile.TemporaryDirectory() as d:
-            pyarrow.fs.copy_files(ckpt, d)
-            state = trialstate.read_checkpoint(d)
-    else:
-        state = trialstate.read_checkpoint(ckpt)
+    state = trialstate.load_checkpoint(ckpt)  # from shared storage on a cluster: copied here first
     from tuning import data
 
     test = data.load_test(source, max_test)

@@ -383,16 +383,16 @@ class Tracker:
         from mlflow.entities import Metric
 
         w, child = self.worker, self.known.get(tid)
-        stamps = [int(r["timestamp"] * 1000) for r in rows if results.is_number(r.get("timestamp"))]
+        starts, stamps = _times_ms(rows)
         if child is None:
-            run = w.client.create_run(self.experiment_id, start_time=min(stamps, default=None), run_name=tid,
+            run = w.client.create_run(self.experiment_id, start_time=min(starts, default=None), run_name=tid,
                                       tags={"mlflow.parentRunId": self.parent, "trial_id": tid})
             child = self.known[tid] = _Child(run.info.run_id, tags={"trial_id": tid})
         epochs = {}
         for r in rows:  # an epoch's first report: one trained again after a resume is not sent again
             if results.is_number(r.get("training_iteration")) and r["training_iteration"] > child.step:
                 epochs.setdefault(int(r["training_iteration"]), r)
-        metrics = [Metric(k, float(v), int(r.get("timestamp", time.time()) * 1000), step)
+        metrics = [Metric(k, float(v), round(1000 * (r.get("ended_at") or r.get("timestamp", time.time()))), step)
                    for step, r in sorted(epochs.items()) for k, v in r.items()
                    if results.is_number(v) and results.is_metric(k)]
         tags = {"status": status} if status else {}
@@ -437,6 +437,18 @@ class Tracker:
                 self.worker.client.log_artifact(self.parent, str(self.dir / name))
         self.worker.client.set_terminated(self.parent, status=_ENDS.get(status, "FAILED"))
         self.final_ok = True
+
+
+def _times_ms(rows: list[dict]) -> tuple[list[int], list[int]]:
+    """(when each epoch started, when it ended), in milliseconds since 1970: a trial's child run
+    starts when its first epoch did and ends when its last did. A row's ended_at is its epoch's end
+    to the microsecond, as the trial reports it (tuning.backend.trainables), else Tune's timestamp
+    in whole seconds (a replay, a run recorded before ended_at); time_this_iter_s how long the
+    epoch took."""
+    ends = [(r["ended_at"] if results.is_number(r.get("ended_at")) else r["timestamp"], r.get("time_this_iter_s"))
+            for r in rows if results.is_number(r.get("ended_at")) or results.is_number(r.get("timestamp"))]
+    starts = [round(1000 * (end - (took if results.is_number(took) else 0))) for end, took in ends]
+    return starts, [round(1000 * end) for end, _ in ends]
 
 
 def _search_params(rec) -> dict:

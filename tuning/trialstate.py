@@ -58,6 +58,33 @@ def read_checkpoint(directory: str | os.PathLike) -> dict:
         return torch.load(path, map_location="cpu", weights_only=False)
 
 
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """The `state` a trial last handed on_epoch, from its checkpoint folder: what
+    `result.best.checkpoint` names (tuning.load_checkpoint). A URI (s3://..., from --storage-path)
+    is copied here first. Tensors come back on the CPU: move them where you need them."""
+    text = str(path)
+    if "://" not in text:
+        if not (Path(text) / CHECKPOINT_FILE).exists() and not (Path(text) / PICKLE_FILE).exists():
+            raise FileNotFoundError(f"{text} holds no {CHECKPOINT_FILE} or {PICKLE_FILE}: give a trial's checkpoint "
+                                    "folder, such as result.best.checkpoint")
+        return read_checkpoint(text)
+    import tempfile
+
+    import pyarrow.fs
+
+    with tempfile.TemporaryDirectory() as d:
+        pyarrow.fs.copy_files(text, d)
+        return read_checkpoint(d)
+
+
+def holds_state(path: str | None) -> bool:
+    """Whether a checkpoint folder holds a trainer's state (a URI is taken on trust: asking the
+    store costs a round trip); a synthetic benchmark's checkpoints hold Tune's own iteration only."""
+    if path is None:
+        return False
+    return "://" in path or (Path(path) / CHECKPOINT_FILE).exists() or (Path(path) / PICKLE_FILE).exists()
+
+
 def load_newest(directories: list, recall=None) -> tuple[dict | None, int]:
     """(state, the epochs it holds) from the first of `directories` (newest first) that loads, or,
     when one is truncated or corrupt (a crash mid-write on a non-atomic filesystem, a full disk),

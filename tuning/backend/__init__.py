@@ -175,6 +175,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
             reuse_actors=True,
             checkpoint_config=CheckpointConfig(num_to_keep=2),
             trial_dirname_creator=_trial_dirname,
+            trial_name_creator=trainables.trial_name(space),
             raise_on_failed_trial=False,
             max_failures=spec.max_failures,
             resume=True if spec.resume else None,
@@ -190,7 +191,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
     interrupted = tune_handler_set and signal.getsignal(signal.SIGINT) is before
     signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
     rows = results.read_rows(spec.rows_file)
-    return [parts.trial_record(t, rows.get(t.trial_id, [])) for t in analysis.trials], interrupted
+    return [parts.trial_record(t, rows.get(t.trial_id, []), spec.results_dir) for t in analysis.trials], interrupted
 
 
 @contextlib.contextmanager

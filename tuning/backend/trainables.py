@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 from collections import OrderedDict
 from pathlib import Path
@@ -113,6 +114,28 @@ def trainable(spec):
         one_report=contract.one_report_refusal(spec.strategy, spec.max_epochs, spaces.trainer_name(space.trainer)))
 
 
+class TrialName:
+    """Tune's trial_name_creator: a trial is `<trainer>_<trial id>` in Tune's progress table and
+    messages, after the user's function (or the benchmark, or cifar), where Tune would name it after
+    this module's adapter, train_function. A class, not a closure: Tune keeps it in each trial's
+    saved state, and a resume finds it by name."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def __call__(self, trial) -> str:
+        return f"{self.name}_{trial.trial_id}"
+
+
+def trial_name(space: spaces.Space) -> TrialName:
+    trainer = space.trainer
+    if callable(trainer):
+        return TrialName(getattr(trainer, "__name__", type(trainer).__name__))
+    if trainer.startswith("replay:"):  # a folder, not a name
+        return TrialName("replay")
+    return TrialName(trainer.rpartition(":")[2])
+
+
 def train_function(config: dict, *, trainer, source, max_epochs: int,
                    fixed: dict, seed: int, threads: int, metric: str, diverged_value: float,
                    workers: int = 1, max_train: int | None = None, max_val: int | None = None,
@@ -176,7 +199,10 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
         # restored_from: the epoch this trial's process resumed at (0 = fresh start), so the
         # tables can show pauses and prove no epoch was trained twice. A trainer's own memory
         # figures (a DDP rank's) win over this process's.
-        metrics = {**trialstate.memory(), **metrics, "restored_from": restored_epoch, "node_id": node_id}
+        # ended_at: when the epoch ended, to the microsecond; Tune's timestamp has whole seconds
+        # (Ray's session overwrites a reported one), which made MLflow show trials of 0 ms.
+        metrics = {**trialstate.memory(), **metrics, "restored_from": restored_epoch, "node_id": node_id,
+                   "ended_at": time.time()}
         rss.append(metrics["rss_mb"])
         metrics["memory_growing"] = trialstate.memory_growing(rss)
         if metrics["memory_growing"] and not trialstate.memory_growing(rss[:-1]):

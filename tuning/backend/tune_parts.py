@@ -313,7 +313,8 @@ class SyntheticBenchmark(tune.Trainable):
     def step(self):
         t = self.iteration + 1
         return {"loss": self.fn(self.params, t, self.max_t, self.seed), "epoch": t,
-                "restored_from": self.restored_from, "node_id": self.node_id}
+                "restored_from": self.restored_from, "node_id": self.node_id,
+                "ended_at": time.time()}  # to the microsecond: Tune's timestamp has whole seconds
 
     def save_checkpoint(self, checkpoint_dir: str):
         return {"epoch": self.iteration}
@@ -322,17 +323,42 @@ class SyntheticBenchmark(tune.Trainable):
         self.restored_from = self.iteration  # Tune has restored the iteration already
 
 
+def _kept_error(trial, results_dir: Path | None) -> str | None:
+    """Where the trial's traceback is: Tune's error.txt, copied into the results dir when one is
+    given (the copy's path relative to it), or the copy an earlier segment made; None if neither."""
+    tune_file = Path(trial.error_file) if trial.error_file else None
+    if results_dir is None:
+        return str(tune_file) if tune_file is not None and tune_file.exists() else None
+    kept = Path(ERRORS, f"{trial.trial_id}.txt")
+    if tune_file is not None and tune_file.exists():
+        try:
+            (results_dir / ERRORS).mkdir(exist_ok=True)
+            results.write_bytes(results_dir / kept, tune_file.read_bytes())
+        except (OSError, results.WriteError) as exc:  # the run's tables matter more than the copy
+            log.warning("trial %s's traceback not copied into %s (%s): it stays at %s", trial.trial_id,
+                        results_dir, exc, tune_file)
+            return str(tune_file)
+    return str(kept) if (results_dir / kept).exists() else None
+
+
 def _uri(fs, path: str) -> str:
     """A local path as is; anything else as a URI that pyarrow.fs opens (s3://bucket/key)."""
     return path if isinstance(fs, pyarrow.fs.LocalFileSystem) else f"{fs.type_name}://{path}"
 
 
-def trial_record(trial, rows: list[dict]) -> dict:
-    """What the tables need to know of a trial: its rows, status, error and checkpoint."""
+ERRORS = "errors"  # in the results dir: each failed trial's traceback, <trial_id>.txt
+
+
+def trial_record(trial, rows: list[dict], results_dir: Path | None = None) -> dict:
+    """What the tables need to know of a trial: its rows, status, error and checkpoint. With
+    `results_dir`, a failed trial's traceback is copied to results_dir/errors/<trial_id>.txt and
+    error_file is that path, relative to the results dir: Tune writes it in Ray's session folder
+    under /tmp, which is gone after a reboot (a resume then keeps the copy)."""
     error, error_file = None, None
-    if trial.status == "ERROR" and trial.error_file and Path(trial.error_file).exists():
-        error_file = str(trial.error_file)  # the trainer's whole traceback
-        lines = [ln for ln in Path(error_file).read_text().splitlines() if ln.strip()]
+    if trial.status == "ERROR":
+        error_file = _kept_error(trial, results_dir)
+    if error_file is not None:  # the trainer's whole traceback
+        lines = [ln for ln in Path(results_dir or "", error_file).read_text().splitlines() if ln.strip()]
         error = lines[-1] if lines else "unknown error"
     checkpoint = trial.checkpoint
     return {
