@@ -17,8 +17,10 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 # that a module's Ray and its runs stay in one process), in this order: the longest first, so that
 # the last module to start is a short one and neither worker idles while the other finishes a
 # minutes-long end-to-end run. The order is by each module's seconds in one serial run alone on the 2-core development machine,
-# 2026-12-03 (`--durations=0`); modules not named follow in their own order.
-LONGEST_FIRST = ("test_reliability.py", "test_compare.py", "test_smoke.py", "test_api.py", "test_runreport.py",
+# 2026-12-03 (`--durations=0`); the migration and real-benchmark modules (2026-12-04) by their
+# minutes measured under load, placed by estimate; modules not named follow in their own order.
+LONGEST_FIRST = ("test_reliability.py", "test_compare.py", "test_migration_api.py", "test_smoke.py", "test_api.py",
+                 "test_real_experiments.py", "test_migration_strategies.py", "test_runreport.py",
                  "test_growth.py", "test_strategies.py", "test_progress.py", "test_hyperband.py", "test_replay.py",
                  "test_doctor.py", "test_tracking.py", "test_examples.py")
 
