@@ -1,8 +1,11 @@
 """The examples run as a newcomer runs them (smoke-sized), from Python and from tuning.run, and the
-template in docs/your-trainer.md is the file examples/template.py."""
+template in docs/your-trainer.md is the file examples/template.py. The migration guides' own blocks:
+tests/test_guides.py."""
 
 import importlib.util
+import json
 import re
+import runpy
 import subprocess
 import sys
 
@@ -82,3 +85,46 @@ def test_the_docs_template_is_examples_template():
     block = re.search(r"<!-- examples/template.py -->\n```python\n(.*?)```", doc, re.S)
     assert block, "docs/your-trainer.md lost its template block"
     assert block.group(1) == (EXAMPLES / "template.py").read_text()
+
+
+# The two ported examples of the migration guides (docs/from-ray-tune.md, docs/from-optuna.md), each
+# run as `python examples/X.py --smoke` runs it, in this process and one Ray for both.
+
+@pytest.fixture(scope="module")
+def ray_once():
+    from tuning import backend
+
+    backend.start_ray(num_cpus=2)
+    yield
+    backend.stop_ray()
+
+
+def _run_as_script(name: str, tmp_path, monkeypatch, capsys) -> str:
+    path = EXAMPLES / f"{name}.py"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", [str(path), "--smoke"])
+    runpy.run_path(str(path), run_name="__main__")
+    return capsys.readouterr().out
+
+
+def test_from_ray_tune_tests_the_best_trials_checkpoint(tmp_path, monkeypatch, capsys, ray_once):
+    """Ray's cifar10_pytorch.py, ported: ASHA, a checkpoint each epoch, then the best trial's
+    weights loaded from result.best.checkpoint and tested on images no trial saw."""
+    out = _run_as_script("from_ray_tune", tmp_path, monkeypatch, capsys)
+    folder = next((tmp_path / "results").iterdir())
+    best = json.loads((folder / "best_config.json").read_text())
+    assert best["checkpoint"] and (folder / best["checkpoint"]).is_dir()
+    assert f"Best trial config: {best['config']}" in out
+    assert float(re.search(r"Best trial test set accuracy: ([\d.]+)", out)[1]) > 0.5  # chance is 0.1
+
+
+def test_from_optuna_prunes_and_leaves_absent_layers_out(tmp_path, monkeypatch, capsys, ray_once):
+    """optuna-examples' pytorch_simple.py, ported: the median rule, and the deeper layers' sizes
+    only where n_layers makes them exist (when=)."""
+    out = _run_as_script("from_optuna", tmp_path, monkeypatch, capsys)
+    trials = pd.read_csv(next((tmp_path / "results").iterdir()) / "trials.csv")
+    assert len(trials) == 8 and (trials["status"] == "TERMINATED").all()
+    assert trials.loc[trials["n_layers"] == 1, ["n_units_l1", "dropout_l1"]].isna().all().all()
+    assert trials.loc[trials["n_layers"] < 3, "n_units_l2"].isna().all()
+    assert trials.loc[trials["n_layers"] == 3, ["n_units_l1", "n_units_l2"]].notna().all().all()
+    assert "Number of pruned trials:" in out and "Best trial:" in out and "optimizer:" in out
