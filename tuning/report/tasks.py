@@ -77,10 +77,11 @@ def write_summary(out: Path, folders: dict[str, Path], *, description: str = "",
             cells.append(number(o["worst_ratio_to_peer"], 2))
         rows.append(cells)
     n = per_task.groupby("task")["n"].max()
+    seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())} to {int(n.max())}"
     blocks = [
         ("h1", f"Summary over {len(tasks)} tasks"),
         ("p", description),
-        ("p", f"Mean final regret per task over {int(n.min())}-{int(n.max())} seeds (each task's own report: "
+        ("p", f"Mean final regret per task over {seeds} seeds (each task's own report: "
               f"{', '.join(f'{t}/report.md' for t in tasks)}). Normalized regret: each run's final regret "
               "scaled on its task by the best and worst final of any run there (0 best, 1 worst), averaged "
               "over seeds, then tasks. Rank: on each task by mean final regret, averaged over tasks."
