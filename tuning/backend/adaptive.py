@@ -12,12 +12,13 @@ Both parts here follow what the run has measured so far (tuning.fidelity.agreeme
 between each rung and the highest rung that at least MIN_TRIALS trials reached, over the trials
 that reached both):
 
-1. Which bracket opens next. Each new bracket is drawn with probability proportional to the
-   agreement of its first rung with the top, ρ clipped to [FLOOR, 1]; a first rung not yet
-   measured weighs 1, so a run starts as Hyperband does. This is Hyper-Tune's bracket selection
-   (Li et al., "Hyper-Tune: Towards Efficient Hyper-parameter Tuning at Scale", VLDB 2022), with
-   the rank correlation of measured results in place of its ranking loss of per-fidelity models.
-   A band still holds s_max + 1 brackets; their starting rungs are drawn, not walked in order.
+1. Which bracket opens next. Each bracket weighs the agreement of its first rung with the top,
+   ρ clipped to [FLOOR, 1]; a first rung not yet measured weighs 1. Brackets come in Hyperband's
+   order, each opened with probability its weight over the largest weight, else the next is
+   tried: over a run the brackets are in proportion to their weights, and where every weight is
+   equal the sequence is BOHB's exactly. This is Hyper-Tune's bracket selection (Li et al.,
+   "Hyper-Tune: Towards Efficient Hyper-parameter Tuning at Scale", VLDB 2022), with the rank
+   correlation of measured results in place of its ranking loss of per-fidelity models.
 2. Which budget's densities propose. The largest budget with a model whose rung agrees with the
    top (ρ >= TRUST, or not yet measurable, or the top itself); if the only models are on rungs
    that disagree, the proposal is random. BOHB takes the largest budget with a model, whatever
@@ -126,9 +127,13 @@ class AdaptiveHyperBand(TimeGate, PaperHyperBand):
         self.chosen: list[int] = []  # the s of each bracket opened, in order
 
     def _create_bracket(self, s: int):
-        candidates = [k for k in range(self._s_max_1) if self._get_r0(k) > 0]
-        weights = np.array([self.model.agreement.weight(self._get_r0(k)) for k in candidates])
-        s = int(self._rng.choice(candidates, p=weights / weights.sum()))
-        self.chosen.append(s)
-        log.debug("bracket s=%d (first rung %s) from weights %s", s, self._get_r0(s), dict(zip(candidates, weights)))
-        return super()._create_bracket(s)
+        # Hyperband's order (s is the bracket Ray would open next), each bracket opened with
+        # probability weight / the largest weight, else the next in order is tried: the same mix
+        # as drawing brackets by weight, and exactly BOHB's sequence where every weight is equal.
+        order = [k % self._s_max_1 for k in range(s, s - self._s_max_1, -1)]
+        weights = {k: self.model.agreement.weight(self._get_r0(k)) for k in order if self._get_r0(k) > 0}
+        top = max(weights.values())
+        chosen = next(k for k in order if k in weights and (weights[k] >= top or self._rng.random() < weights[k] / top))
+        self.chosen.append(chosen)
+        log.debug("bracket s=%d (first rung %s) of weights %s", chosen, self._get_r0(chosen), weights)
+        return super()._create_bracket(chosen)
