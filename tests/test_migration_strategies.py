@@ -241,3 +241,15 @@ def test_a_grid_declaration_that_cannot_work_is_refused():
     with pytest.raises(tuning.TuningError, match="exists only under when="):
         Space(params={"opt": tuning.Choice(["sgd", "adam"]), "m": Uniform(0.0, 0.9, when={"opt": "sgd"})},
               grid=["m"], trainer=quick)
+
+
+def test_a_returning_objective_typed_at_a_prompt_is_single_fidelity():
+    # Optuna's quick-start objective typed at `python` or `python -c`: no source to read, but a
+    # function that is not handed on_epoch cannot report per epoch, so it returns.
+    from tuning import contract
+
+    namespace: dict = {}
+    exec(compile("def objective(*, x):\n    return (x - 2) ** 2\n", "<stdin>", "exec"), namespace)
+    objective = namespace["objective"]
+    assert contract.reporting(objective) == "returns"
+    contract.check_signature(objective, "objective", ["x"], [])  # refused before: "does not take epochs, ..."

@@ -170,7 +170,10 @@ def reporting(fn: Callable) -> str:
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
-        return "unknown"
+        # No source (typed at a prompt, `python -c`): a function that cannot be handed on_epoch
+        # cannot report per epoch, so it returns (its first trial tells if it does not).
+        names, var_kw = accepted(fn)
+        return "returns" if callable(fn) and not var_kw and "on_epoch" not in names else "unknown"
     node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and n.name == getattr(fn, "__name__", None)), None)
     if node is None:
