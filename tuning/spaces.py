@@ -65,7 +65,8 @@ def _no_log(declaration, log) -> None:
             "IntLogUniform": "IntUniform"}[kind]
     why = (f"{kind} is log-scaled by its type: declare {twin}({declaration.low}, {declaration.high}) for a linear "
            "scale" if scaled else f"a log scale is a type of its own here: declare "
-           f"{twin}({declaration.low}, {declaration.high}) instead")
+           f"{twin}({declaration.low}, {declaration.high}) instead"
+           + (" (its low must be above 0)" if declaration.low <= 0 else ""))
     raise SpaceError(f"{kind}(..., log={log!r}): {why}")
 
 
