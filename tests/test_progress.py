@@ -26,7 +26,7 @@ def test_planned_totals_follow_each_strategys_arithmetic():
 
 
 @pytest.mark.parametrize("strategy, samples", [("hyperband", 13), pytest.param("random", 4, marks=pytest.mark.slow)])
-def test_a_synchronous_strategy_trains_exactly_its_planned_total(ray_2cpus, tmp_path, strategy, samples):
+def test_a_synchronous_strategy_trains_exactly_its_planned_total(ray_here, tmp_path, strategy, samples):
     """Hyperband's brackets (and random's full budgets) are deterministic: the epochs trained are
     the plan, to the epoch, including a partial last bracket."""
     env = dict(os.environ)
@@ -112,12 +112,16 @@ def test_the_line_never_reaches_the_end_while_a_trial_runs(capsys):
     assert "plan grew" not in est.line("loss") and est.planned == 54
 
 
-def test_a_resumed_run_keeps_its_elapsed_time(ray_2cpus, tmp_path, capsys):
+def test_a_resumed_run_keeps_its_elapsed_time(ray_here, tmp_path, capsys):
     """A time budget stops the first segment; the resume's first line goes on from the wall time
     run.json recorded for it, not from 0 s."""
     import re
 
-    space = tuning.Space(params={f"x{i}": tuning.Uniform(0.0, 1.0) for i in range(6)}, trainer="mf_hartmann",
+    from user_trainers import slow
+
+    # 40 trials x 9 epochs x 0.1 s on two workers: 18 s of training, well past the 6 s budget on
+    # any machine (mf_hartmann's epochs cost nothing, and a fast machine finished before 6 s).
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer=slow,
                          num_samples=40, max_epochs=9, gpus_per_trial=0)
     first = tuning.search(None, space, strategy="random", time_budget=6, seed=0, results_dir=tmp_path / "r")
     assert first.status == "time budget spent"

@@ -91,3 +91,12 @@ def whereami(*, lr, epochs, state=None, on_epoch):
     for e in _epochs(state, epochs):
         on_epoch({"score": lr, "pid": os.getpid(), "pl_disable_fork": int(os.environ.get("PL_DISABLE_FORK") == "1")},
                  {"epoch": e + 1})
+
+
+def slow(*, lr, epochs, state=None, on_epoch):
+    """A tenth of a second an epoch: enough that a short time budget stops a run on any machine."""
+    import time
+
+    for e in _epochs(state, epochs):
+        time.sleep(0.1)
+        on_epoch({"loss": lr}, {"epoch": e + 1})

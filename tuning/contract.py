@@ -173,7 +173,7 @@ def reporting(fn: Callable) -> str:
         # No source (typed at a prompt, `python -c`): a function that cannot be handed on_epoch
         # cannot report per epoch, so it returns (its first trial tells if it does not).
         names, var_kw = accepted(fn)
-        return "returns" if callable(fn) and not var_kw and "on_epoch" not in names else "unknown"
+        return "returns" if inspect.isfunction(fn) and not var_kw and "on_epoch" not in names else "unknown"
     node = next((n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                  and n.name == getattr(fn, "__name__", None)), None)
     if node is None:
