@@ -33,8 +33,8 @@ def every_step(monkeypatch):
     monkeypatch.setenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
 
 
-def test_a_snapshot_follows_every_step_that_marked_a_trial_and_skips_idle_ones(ray_here, tmp_path, monkeypatch,
-                                                                               every_step):
+def test_every_step_that_marked_a_trial_reaches_a_snapshot_and_idle_ones_are_skipped(ray_here, tmp_path, monkeypatch,
+                                                                                     every_step):
     marked, writes = set(), []
     mark, write = TuneController._mark_trial_to_checkpoint, snapshots._save_to_dir
 
@@ -57,8 +57,10 @@ def test_a_snapshot_follows_every_step_that_marked_a_trial_and_skips_idle_ones(r
                  reuse_actors=True)
     assert TuneController.checkpoint is original  # put back after the search
 
-    missed = marked - set(writes)
-    assert not missed, f"steps that marked a trial but wrote no snapshot: {sorted(missed)}"
+    # Each marked step's trials reach a snapshot, then or at a later step: the next one is held back
+    # until the driver has done snapshots.SHARE times the last one's work (milliseconds here).
+    missed = {m for m in marked if not any(w >= m for w in writes)}
+    assert not missed, f"steps that marked a trial but never reached a snapshot: {sorted(missed)}"
     skipped = set(range(steps.last_step)) - set(writes)
     assert len(skipped) >= 10, (sorted(writes), steps.last_step)  # Tune alone writes on every step
 
@@ -124,7 +126,7 @@ def test_the_usage_tag_counts_callbacks_as_ray_does_without_importing_integratio
     assert "'CustomCallback': 1, 'CSVLoggerCallback': 2, 'MLflowLoggerCallback': 1, 'CustomLoggerCallback': 1" in out.stdout
 
 
-def test_the_snapshot_text_is_what_tunes_json_dump_writes_with_strings_escaped_once():
+def test_the_snapshot_text_is_what_tunes_json_dump_writes_made_piece_by_piece():
     import io
     import json
 
@@ -133,12 +135,9 @@ def test_the_snapshot_text_is_what_tunes_json_dump_writes_with_strings_escaped_o
     trial = ('{\n  "config": {"lr": 0.01, "name": "a \\"quoted\\" \\u00e9 name"}\n}', '{"last_result": {}}')
     other = ('{"trial_id": "b"}', '{"last_result": {"loss": 0.5}}')
     runner, stats = {"_iteration": 7, "_session_str": "s", "nested": [1, 2.5, None]}, {"start_time": 1.5}
-    cache = {}
     for trial_data in ([trial, other], [trial], [], [trial, other]):
         want = io.StringIO()  # as Ray 2.60's TuneController.save_to_dir writes it
         json.dump({"trial_data": trial_data, "runner_data": runner, "stats": stats}, want, cls=TuneFunctionEncoder)
-        want = want.getvalue()
-        assert "".join(snapshots.state_chunks(trial_data, runner, stats, cache)) == want
-        assert set(cache) == {s for p in trial_data for s in p}  # only this snapshot's strings are kept
-    cache[trial[0]] = '"stale"'
-    assert '"stale"' in snapshots.state_chunks([trial], runner, stats, cache)  # a cached string is not escaped again
+        pieces = snapshots.state_chunks(trial_data, runner, stats)
+        assert iter(pieces) is pieces  # made as the file is written: 150 MB at 10,000 trials is never held whole
+        assert "".join(pieces) == want.getvalue()

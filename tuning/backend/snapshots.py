@@ -1,14 +1,15 @@
-"""Tune's experiment snapshot, made cheaper without making it rarer; and Tune's usage tag for
-callbacks, without the imports that delayed the first trial.
+"""Tune's experiment snapshot, made cheaper, and rarer only where it would take more than a
+twentieth of the driver's time; and Tune's usage tag for callbacks, without the imports that
+delayed the first trial.
 
 tuning.run asks for a snapshot after every step (``TUNE_GLOBAL_CHECKPOINT_S=0``) so that a crash
 loses at most one step (docs/crash-safety.md). Tune 2.60 then rewrites the whole experiment state
 on every step, including steps on which no trial changed, and writes it with ``json.dump``: Python's
-streaming encoder, which escapes again every trial's JSON string Tune already cached. From a
-profile of 100 trials of 0.5 s (docs/performance.md): 509 snapshots, at least 109 of them on steps
-where no trial changed, and 5.6 s of the driver's CPU in ``json.dump`` alone.
+streaming encoder. From a profile of 100 trials of 0.5 s (docs/performance.md): 509 snapshots, at
+least 109 of them on steps where no trial changed, and 5.6 s of the driver's CPU in ``json.dump``.
 
-While a search runs, two of ``TuneController``'s methods are replaced:
+While a search runs, two of ``TuneController``'s methods are replaced, and Tune's statistics of
+results (UNANALYSED, below) are kept only for the numbers someone reads:
 
 - ``checkpoint`` skips a step on which Tune marked no trial to be written again, nothing forces a
   snapshot (the run's last one, after an interrupt too, or ``num_to_keep`` trial checkpoints since
@@ -20,9 +21,12 @@ While a search runs, two of ``TuneController``'s methods are replaced:
   the file with the next marked step or the run's last snapshot. Tune copies the file from its
   staging folder to storage in the background and launches no copy while one runs; a snapshot
   whose copy was not launched is retried on the next step, as Tune does.
-- ``save_to_dir`` writes the same text (state_chunks), escaping each trial's cached JSON strings
-  once rather than on every snapshot and the rest with ``json.dumps`` (the C encoder), then the
-  searcher's and callbacks' state as Tune does.
+  It also holds back the next unforced snapshot until the driver has done SHARE times as much
+  other work as the last one took. Every snapshot writes every trial (15 KB each), so with a snapshot
+  per step a run's cost grew with the square of its trials: 2,000 trials of nothing cost 12x raw
+  Tune's per trial, the last tenth 3.7x the first (docs/performance.md, "Thousands of trials").
+- ``save_to_dir`` writes the same text (state_chunks) piece by piece with ``json.dumps`` (the C
+  encoder), then the searcher's and callbacks' state as Tune does.
 
 And ``tune.run``'s ``tag_callbacks`` (Ray's usage statistics: how many of each built-in callback a
 run was given) is replaced by ``tag_callbacks``: the same tag from the same class names, without
@@ -40,8 +44,9 @@ import contextlib
 import json
 import os
 import threading
+import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import ray.air._internal.usage as air_usage
@@ -49,6 +54,7 @@ from ray._common.usage.usage_lib import TagKey, record_extra_usage_tag
 from ray.tune import Callback
 from ray.tune.execution.tune_controller import TuneController
 from ray.tune.logger import LoggerCallback
+from ray.tune.trainable.metadata import _TrainingRunMetadata
 from ray.tune.utils.callback import DEFAULT_CALLBACK_CLASSES
 from ray.tune.utils.serialization import TuneFunctionEncoder
 
@@ -62,8 +68,19 @@ class _Kept:
     """What this module keeps per controller (not on it: Tune writes a controller's own attributes
     into the snapshot)."""
 
-    encoded: dict[str, str] = field(default_factory=dict)  # trial strings already escaped
     upload_owed: bool = False  # the last snapshot's copy to storage was not launched
+    next_at: float = 0.0  # time.monotonic() before which only a forced snapshot is taken
+
+
+# A snapshot holds the next unforced one back until the driver has spent SHARE times as long on
+# other work: snapshots take at most 1/(SHARE + 1) of its time, Tune's own bound for its adaptive
+# period (5 %). Tens of trials take a few milliseconds to write, and their steps come seconds apart,
+# so a snapshot still follows each step that changed a trial, or the next; at thousands of trials a
+# snapshot takes a second, and a crash then loses at most the results of the last SHARE seconds per
+# second of snapshot, which results.jsonl still holds (docs/crash-safety.md). A threshold below
+# which every step was written (50 ms) let 600 trials of nothing cost twice as much per trial in
+# their second half as in their first (tests/test_scale.py).
+SHARE = 19
 
 
 _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -72,48 +89,49 @@ _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def _checkpoint(self, force: bool = False, wait: bool = False):
     kept = _kept.setdefault(self, _Kept())
     manager = self._checkpoint_manager
-    if not (force or manager._should_force_sync_up or self._trials_to_cache or kept.upload_owed):
+    forced = force or manager._should_force_sync_up
+    if not (forced or self._trials_to_cache or kept.upload_owed):
+        return
+    if not forced and time.monotonic() < kept.next_at:  # the marked trials wait in _trials_to_cache
         return
     saved, launched = manager._last_save_time, manager._last_sync_time
+    began = time.monotonic()
     _originals["checkpoint"](self, force=force, wait=wait)
     if manager._last_save_time != saved:  # not held back by Tune's period (comparisons keep it)
         kept.upload_owed = manager._last_sync_time == launched
+        kept.next_at = manager._last_save_time + SHARE * (manager._last_save_time - began)
 
 
 def _save_to_dir(self):
     staging = self._storage.experiment_driver_staging_path
     os.makedirs(staging, exist_ok=True)
     chunks = state_chunks(list(self._get_trial_checkpoints().values()), self.__getstate__(),
-                          {"start_time": self._start_time}, _kept.setdefault(self, _Kept()).encoded)
+                          {"start_time": self._start_time})
     with open(Path(staging, self.experiment_state_file_name), "w") as f:
         f.writelines(chunks)
     self._search_alg.save_to_dir(staging, session_str=self._session_str)
     self._callbacks.save_to_dir(staging, session_str=self._session_str)
 
 
-def state_chunks(trial_data: list, runner_data: dict, stats: dict, cache: dict) -> list[str]:
+def state_chunks(trial_data: list, runner_data: dict, stats: dict):
     """Pieces that join to the text ``json.dumps({"trial_data": ..., "runner_data": ...,
-    "stats": ...})`` gives, with each trial's two JSON strings (Tune's cached state and run
-    metadata) escaped once and reused while Tune keeps them: they are almost all of the file
-    (about 1 MB at 100 trials), and most trials have not changed since the last snapshot. Written
-    piece by piece, the megabyte is not copied into one string. `cache` maps a string to its JSON
-    form; it is left holding this snapshot's strings only."""
-    fresh = {}
-    chunks = ['{"trial_data": [']
+    "stats": ...})`` gives, made one at a time as the file is written: the trials' JSON strings
+    (Tune's cached state and run metadata, 15 KB a trial) are almost all of it, 150 MB at 10,000
+    trials, and neither the text nor a cache of its escaped strings is held whole beside Tune's own
+    (the cache that was here doubled the driver's memory for them, docs/performance.md)."""
+    yield '{"trial_data": ['
     for i, pair in enumerate(trial_data):
-        chunks.append(", [" if i else "[")
+        yield ", [" if i else "["
         for j, s in enumerate(pair):
-            e = cache.get(s)
-            if e is None:
-                e = json.dumps(s)
-            fresh[s] = e
-            chunks += [", ", e] if j else [e]
-        chunks.append("]")
-    cache.clear()
-    cache.update(fresh)
-    chunks += ['], "runner_data": ', json.dumps(runner_data, cls=TuneFunctionEncoder),
-               ', "stats": ', json.dumps(stats, cls=TuneFunctionEncoder), "}"]
-    return chunks
+            if j:
+                yield ", "
+            yield json.dumps(s)
+        yield "]"
+    yield '], "runner_data": '
+    yield json.dumps(runner_data, cls=TuneFunctionEncoder)
+    yield ', "stats": '
+    yield json.dumps(stats, cls=TuneFunctionEncoder)
+    yield "}"
 
 
 # The integrations' callbacks ray.air._internal.usage._count_callbacks counts by name (Ray 2.60).
@@ -140,16 +158,34 @@ def tag_callbacks(callbacks) -> None:
         record_extra_usage_tag(TagKey.AIR_CALLBACKS, json.dumps(counts))
 
 
+# Numbers in every result that no one reads Tune's running statistics of: the trainable's own
+# bookkeeping (tuning/backend/trainables.py) and Tune's. Tune keeps, per trial and per numeric key
+# of its results, max, min, mean, last and the last-5 and last-10 means with their windows, in
+# memory and in every snapshot: 36 KB a trial for the ~18 keys of a result here, 360 MB of the
+# driver at 10,000 trials (docs/performance.md). The space's metrics, training_iteration and
+# time_total_s keep theirs (the progress table, ExperimentAnalysis, the ETA read them).
+UNANALYSED = frozenset({"rss_mb", "peak_rss_mb", "restored_from", "ended_at", "memory_growing", "diverged",
+                        "returned", "timestamp", "time_this_iter_s", "pid", "time_since_restore",
+                        "iterations_since_restore", "done", "should_checkpoint"})
+
+
+def _update_metric(self, metric, value, step=1):
+    if metric not in UNANALYSED:
+        _originals["update_metric"](self, metric, value, step)
+
+
 @contextlib.contextmanager
 def cheaper():
-    """Within the block, every TuneController snapshots and tune.run tags callbacks as described
-    above (nested blocks and concurrent searches in one process share one replacement)."""
+    """Within the block, every TuneController snapshots, tune.run tags callbacks and trials keep
+    statistics of their results as described above (nested blocks and concurrent searches in one
+    process share one replacement)."""
     global _depth
     with _lock:
         if _depth == 0:
             _originals.update(checkpoint=TuneController.checkpoint, save_to_dir=TuneController.save_to_dir,
-                              tag_callbacks=air_usage.tag_callbacks)
+                              tag_callbacks=air_usage.tag_callbacks, update_metric=_TrainingRunMetadata.update_metric)
             TuneController.checkpoint = _checkpoint
+            _TrainingRunMetadata.update_metric = _update_metric
             TuneController.save_to_dir = _save_to_dir
             air_usage.tag_callbacks = tag_callbacks
         _depth += 1
@@ -162,3 +198,4 @@ def cheaper():
                 TuneController.checkpoint = _originals["checkpoint"]
                 TuneController.save_to_dir = _originals["save_to_dir"]
                 air_usage.tag_callbacks = _originals["tag_callbacks"]
+                _TrainingRunMetadata.update_metric = _originals["update_metric"]
