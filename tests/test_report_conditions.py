@@ -80,7 +80,7 @@ def test_figures_leave_out_or_mark_absent_values(branch_run):
     assert width.get_xscale() == "log" and shown == ["4", "8", "16", "32"]  # an IntLogUniform: plain integers
     ax = runplots.parallel_coordinates(trials, decls, metric=metric, mode=mode, label="loss").axes[0]
     assert [t.get_text() for t in ax.texts].count("absent (2)") == 2  # at momentum's and nesterov's axes
-    lines = [line.get_ydata() for line in ax.lines if len(line.get_ydata()) == len(decls) + 1]
+    lines = [seg[:, 1] for c in ax.collections for seg in c.get_segments() if len(seg) == len(decls) + 1]
     k = list(decls).index("momentum")
     assert len(lines) == 10 and sum(np.isclose(y[k], runplots.ABSENT) for y in lines) == 2
 

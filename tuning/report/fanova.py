@@ -16,6 +16,9 @@ from tuning.report.render import joined
 # fANOVA fits a random forest to (configuration, final metric) pairs; with fewer points than this
 # the forest mostly fits noise and the importances change from one seed to the next.
 MIN_IMPORTANCE_TRIALS = 8
+# fANOVA's time grows with the square of its trials (2.6 s at 500, 17 s at 2,000 on the development
+# machine, docs/performance.md): past this many, a seeded random draw of them, and the note says so.
+MAX_IMPORTANCE_TRIALS = 500
 
 
 def _distribution(decl):
@@ -81,6 +84,9 @@ def importance(trials: pd.DataFrame, decls: dict, *, metric: str, mode: str, max
         return None, (f"Not computed: {len(done)} trial(s) ran their full budget of {max_epochs} epochs{earlier}; "
                       f"fANOVA needs at least {MIN_IMPORTANCE_TRIALS} trials, or its importances are mostly "
                       "noise. Run more samples (--num-samples).")
+    among = len(rows)
+    if among > MAX_IMPORTANCE_TRIALS:
+        rows = rows.sample(n=MAX_IMPORTANCE_TRIALS, random_state=seed)
     is_set = pd.DataFrame({k: ~runplots.absent(rows[k]) if k in rows else False for k in decls}, index=rows.index)
     always = [k for k in decls if is_set[k].all()]
     branches: dict[tuple, list[str]] = {}  # the trials that set a conditional parameter -> the parameters
@@ -122,6 +128,9 @@ def importance(trials: pd.DataFrame, decls: dict, *, metric: str, mode: str, max
                 f"parameter{some} explains on its own; the shares add up to 1. The scheduler kept the better "
                 "trials that long, so these describe the better part of the space, and may change with more "
                 "epochs.")
+    if among > len(rows):
+        what += (f" These {len(rows)} trials are a random draw (seed {seed}) of the {among:,} there are: fANOVA's "
+                 "time grows with the square of its trials.")
     what += "".join(" " + _branch_note(names, n, len(rows), got, decls) for names, n, got in late)
     return table, what + (f" Log-scale parameters ({', '.join(logs)}) enter as log10 of their value, so each "
                           "decade of their range weighs the same, as in the search." if logs else "")

@@ -74,6 +74,24 @@ def plotted(trials: pd.DataFrame, metric: str) -> pd.DataFrame:
     return trials[trials[metric].notna() & ~trials.apply(fate, axis=1).isin(["diverged", "failed"])]
 
 
+# At most this many learning curves are drawn: beyond a few hundred lines the figure is a solid
+# block and takes longer to draw than the run's tables (10,000 trials, docs/performance.md).
+MAX_CURVES = 400
+
+
+def drawn(trials: pd.DataFrame, metric: str, mode: str, limit: int = MAX_CURVES) -> tuple[pd.DataFrame, str]:
+    """The trials a learning-curve figure draws, and how they were chosen ("" for all of them):
+    past `limit`, the limit // 4 best by final value and a seeded random draw of the others."""
+    if len(trials) <= limit:
+        return trials, ""
+    ok = trials[metric].notna() & (trials.apply(fate, axis=1) != "diverged")
+    best = trials[ok].sort_values(metric, ascending=mode == "min", kind="stable").head(limit // 4)
+    rest = trials.drop(best.index)
+    rest = rest.sample(n=limit - len(best), random_state=0)
+    return (pd.concat([best, rest]),
+            f"the {len(best)} best and {len(rest)} drawn at random of {len(trials):,}")
+
+
 def png(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
@@ -108,9 +126,11 @@ def learning_curves(trials: pd.DataFrame, epochs: pd.DataFrame, *, metric: str, 
     if epochs.empty or trials.empty:
         return None
     panels = [c for c in dict.fromkeys([metric, "loss", "accuracy"]) if c in epochs and epochs[c].notna().any()]
+    everyone, (trials, which) = trials, drawn(trials, metric, mode)
+    epochs = epochs[epochs["trial_id"].isin(trials["trial_id"])] if which else epochs
     info = trials.set_index("trial_id")
-    fates = trials.apply(fate, axis=1).set_axis(trials["trial_id"])
-    final = info[metric].where(fates != "diverged")  # a diverged trial's value is a stand-in
+    fates = everyone.apply(fate, axis=1).set_axis(everyone["trial_id"])  # the legend counts every trial
+    final = info[metric].where(fates.reindex(info.index) != "diverged")  # a diverged trial's value is a stand-in
     sm = _colours(final, mode)
     fig = Figure(figsize=(6.5 * len(panels) + 1, 5), layout="constrained")
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
@@ -141,7 +161,7 @@ def learning_curves(trials: pd.DataFrame, epochs: pd.DataFrame, *, metric: str, 
         ax.grid(True, alpha=0.3)
     _legend(fig, fates, resumed)
     fig.colorbar(sm, ax=list(axes), label=f"final {label} (bright: best)")
-    fig.suptitle(f"Learning curves of {len(trials)} trials")
+    fig.suptitle(f"Learning curves of {len(everyone):,} trials" + (f" ({len(trials)} drawn: {which})" if which else ""))
     return fig
 
 
@@ -280,6 +300,7 @@ def _scaled(decl, values: pd.Series) -> tuple[pd.Series, list[str]]:
 def parallel_coordinates(trials: pd.DataFrame, declarations: dict, *, metric: str, mode: str,
                          label: str) -> Figure | None:
     """Every trial as a line through its hyperparameters and its final metric."""
+    from matplotlib.collections import LineCollection
     from matplotlib.figure import Figure
 
     pts = plotted(trials, metric)
@@ -295,8 +316,11 @@ def parallel_coordinates(trials: pd.DataFrame, declarations: dict, *, metric: st
     sm = _colours(m, mode)
     fig = Figure(figsize=(max(8.0, 1.1 * len(unit) + 2), 5), layout="constrained")
     ax = fig.subplots()
-    for i in np.argsort(m.to_numpy() * (-1 if mode == "min" else 1), kind="stable"):  # the best on top
-        ax.plot(range(len(unit)), grid[i], color=sm.to_rgba(m.iloc[i]), lw=1.2, alpha=0.8)
+    order = np.argsort(m.to_numpy() * (-1 if mode == "min" else 1), kind="stable")  # the best drawn last, on top
+    # One collection, not a line each: 10,000 trials draw in a second, every one of them.
+    ax.add_collection(LineCollection([np.column_stack([np.arange(len(unit)), grid[i]]) for i in order],
+                                     colors=sm.to_rgba(m.to_numpy()[order]), linewidths=1.2, alpha=0.8))
+    ax.set_xlim(-0.3, len(unit) - 0.7)
     for k, (_, (low, high)) in enumerate(unit):
         ax.axvline(k, color="k", lw=0.8)
         ax.text(k, -0.04, low, ha="center", va="top", fontsize=8)

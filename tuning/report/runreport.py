@@ -215,8 +215,9 @@ def _blocks(trials, epochs, plan, decls, figures, imp, live: bool, line: str | N
     b += [("h2", "Best configuration"), *_best_block(best, decls, results.metric_columns(trials, params), note, cifar)]
     b += [("h2", "Learning curves")]
     b += [("img", figures["curves"], "learning curves of every trial"),
-          ("p", "One line per trial, coloured by its final value. Line style and end marker tell how it ended; "
-                "a circle marks an epoch it was paused at and resumed from. A diverged trial's stand-in "
+          ("p", f"One line per trial (at most {runplots.MAX_CURVES}: past that, the best quarter of them and a "
+                "random draw of the rest, as the title says), coloured by its final value. Line style and end "
+                "marker tell how it ended; a circle marks an epoch it was paused at and resumed from. A diverged trial's stand-in "
                 "value is not drawn.")] if "curves" in figures else [("p", "No trial has reported yet.")]
     b += _fidelity(trials, epochs, plan, label)
     if "best" in figures:
