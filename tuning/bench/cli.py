@@ -19,6 +19,10 @@ shared machine drift. Sections:
              against ASHA's (tuning/bench/sched.py)
   ddp        epoch time at 1 vs 2 CPU ranks, the cost of starting a trial's ranks, and the share
              of a DDP step spent communicating
+  scale      200, 2,000 and 10,000 no-op trials through tuning.search and through a plain
+             tune.run: per-trial cost per tenth of the run, the driver's peak RSS, the final
+             report's time; BOHB's and TPE's time per proposal at 1,000 and 10,000 results
+             (tuning/bench/scale.py)
 """
 
 from __future__ import annotations
@@ -85,6 +89,12 @@ def bench_trial(quick: bool) -> list[dict]:
     detail = f"{k} trials of 1 epoch on {n:,} images, one at a time in a reused actor"
     return [row("trial", "trial_overhead_first_ms", over[0], "ms", f"first trial in the process; {detail}"),
             row("trial", "trial_overhead_later_ms", statistics.median(over[1:]), "ms", f"median of later; {detail}")]
+
+
+def bench_scale(quick: bool) -> list[dict]:
+    from tuning.bench import scale  # its own module: thousands of trials, ours beside raw Tune's
+
+    return scale.bench_scale(quick)
 
 
 def bench_scheduler(quick: bool) -> list[dict]:
@@ -246,7 +256,8 @@ def bench_ddp(quick: bool) -> list[dict]:
 
 # Each section's bench, in the order they run and are printed (--only picks among them).
 SECTIONS = {"overhead": bench_overhead, "trial": bench_trial, "throughput": bench_throughput, "data": bench_data,
-            "memory": bench_memory, "node_memory": bench_node_memory, "scheduler": bench_scheduler, "ddp": bench_ddp}
+            "memory": bench_memory, "node_memory": bench_node_memory, "scheduler": bench_scheduler, "ddp": bench_ddp,
+            "scale": bench_scale}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,6 +286,10 @@ def main(argv: list[str] | None = None) -> int:
     for section in args.only or SECTIONS:
         rows += SECTIONS[section](args.quick)
     write_rows(out / "bench.csv", rows)
+    if "scale" in (args.only or SECTIONS):  # each run's per-tenth figures, beside the rows
+        from tuning.bench import scale
+
+        (out / "scale.json").write_text(json.dumps(scale.bench_scale.runs, indent=1) + "\n")
     # The commit too: a figure is only reproducible from the code that measured it.
     machine = {**results.machine(), "git_commit": results.git_commit()}
     (out / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")

@@ -180,7 +180,15 @@ def bench_scale(quick: bool, sizes: tuple[int, ...] | None = None) -> list[dict]
                  row("scale", f"raw_driver_peak_rss_mb_{n}", raw["peak_rss_mb"], "MB", "the same, raw Tune"),
                  row("scale", f"final_report_s_{n}", ours["report_s"], "s",
                      "report.html and report.md written again from the finished run's tables")]
-    bench_scale.runs = runs  # the per-tenth figures, for scale.json beside bench.csv
+    for searcher in ("bohb", "tpe"):
+        for n in (1000,) if quick else (1000, 10000):
+            got = proposal_ms(searcher, n)
+            rows.append(row("scale", f"{searcher}_propose_ms_{n}", got["propose_ms"], "ms",
+                            f"one proposal after {n} results at one budget, LCBench's 7 parameters, random losses"))
+            if got["observe_ms"] is not None:
+                rows.append(row("scale", f"{searcher}_observe_ms_{n}", got["observe_ms"], "ms",
+                                f"one more result told to the model after {n} (HpBandSter refits its densities)"))
+    bench_scale.runs = runs  # each run's per-tenth figures: scale.json beside bench.csv
     return rows
 
 
