@@ -100,3 +100,19 @@ def slow(*, lr, epochs, state=None, on_epoch):
     for e in _epochs(state, epochs):
         time.sleep(0.1)
         on_epoch({"loss": lr}, {"epoch": e + 1})
+
+
+def tradeoff(*, x, y, epochs, state=None, on_epoch):
+    """Two objectives that trade off, and a memory figure to bound (tests/test_objectives.py): a
+    larger x lowers loss but raises latency_ms and peak_mem_gb (8 GB at x = 1, so peak_mem_gb <= 4
+    holds for x <= 0.5); y only makes both objectives worse, so a trial with a larger y than another
+    of about its x is dominated by it. Each epoch lowers the loss a little."""
+    for e in _epochs(state, epochs):
+        on_epoch({"loss": (1 - x) ** 2 + 0.5 * y + 0.1 / (e + 1), "latency_ms": 1 + 10 * x + 10 * y,
+                  "peak_mem_gb": 8 * x}, {"epoch": e + 1})
+
+
+def tradeoff_no_latency(*, x, y, epochs, state=None, on_epoch):
+    """tradeoff without latency_ms: an objective the trainer never reports."""
+    for e in _epochs(state, epochs):
+        on_epoch({"loss": (1 - x) ** 2 + 0.5 * y, "peak_mem_gb": 8 * x}, {"epoch": e + 1})

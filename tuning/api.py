@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Union
 
-from tuning import cli, contract, growth, record as records, spaces, tracking
+from tuning import cli, contract, growth, objectives as objective_rules, record as records, spaces, tracking
 from tuning.cli import UsageError
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,8 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
            storage_path: str | None = None, max_failures: int = DEFAULT_MAX_FAILURES, tune_logs: bool = False,
            worker_logs: bool = False, smoke: bool = False, time_budget: float | str | None = None,
            warm_start: list | None = None, warm_start_top: int | None = None,
-           mlflow: str | bool | None = None, mlflow_experiment: str | None = None, argv: list | None = None):
+           mlflow: str | bool | None = None, mlflow_experiment: str | None = None,
+           objectives: dict | None = None, constraints: dict | None = None, argv: list | None = None):
     """Search `space` with `trainer` and return a SearchResult.
 
     trainer: your function (tuning.contract; docs/your-trainer.md), "module:function", "cifar",
@@ -56,8 +57,9 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     .py file defining SPACE). The other keywords are tuning.run's flags (see --help); None keeps
     what the space declares. time_budget: seconds, or "90s", "30m", "2h". mlflow: a tracking URI,
     or True for a SQLite store in the results dir (docs/tracking.md); mlflow_experiment: its
-    experiment (default: the space's name). argv: the command line to record in run.json
-    (tuning.run passes its flags)."""
+    experiment (default: the space's name). objectives, constraints: the space's, replaced
+    (docs/multi-objective.md): {"loss": "min", "latency_ms": "min"}, {"peak_mem_gb": ("<=", 4)}.
+    argv: the command line to record in run.json (tuning.run passes its flags)."""
     if space is None:
         raise UsageError("search() needs a space: a Space(...) or the name of one (e.g. 'cifar_asha')")
     space = spaces.load(space) if isinstance(space, str) else space
@@ -65,12 +67,16 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         raise UsageError(f"space must be a Space or a space's name, got {type(space).__name__}")
     if trainer is not None:
         space = space.replace(trainer=trainer)
+    space = _with_objectives(space, objectives, constraints)
     if warm_start_top is not None and not warm_start:
         raise UsageError("--warm-start-top needs --warm-start DIR...: it says how many of those runs' best "
                          "configurations run first")
     strategy = strategy or space.strategy
     if strategy not in spaces.STRATEGIES:
         raise UsageError(f"strategy {strategy!r} unknown: use one of {', '.join(spaces.STRATEGIES)}")
+    refusal = objective_rules.strategy_refusal(space, strategy)
+    if refusal:
+        raise UsageError(refusal)
     small = smoke_sizes(strategy) if smoke else {}
     for flag, value, low in (("num_samples", num_samples, 1), ("max_epochs", max_epochs, 1),
                              ("workers_per_trial", workers_per_trial, 1), ("seed", seed, 0),
@@ -184,6 +190,21 @@ def _resume_tracking(rec: records.RunRecord, folder: Path, mlflow, experiment: s
 
 
 # ---------------------------------------------------------------- checks
+
+def _with_objectives(space: spaces.Space, objectives: dict | None, constraints: dict | None) -> spaces.Space:
+    """The space with the objectives and constraints given (--objective, --constraint) in place of its
+    own; the first objective becomes its metric. Checked as a Space checks them."""
+    if objectives is None and constraints is None:
+        return space
+    changes = {"constraints": constraints} if constraints is not None else {}
+    if objectives is not None:
+        if not isinstance(objectives, dict) or not objectives:
+            raise UsageError(f"objectives= takes a dict of metric names and directions, e.g. "
+                             f"{{'loss': 'min', 'latency_ms': 'min'}}, got {objectives!r}")
+        first, way = next(iter(objectives.items()))
+        changes.update(objectives=objectives, metric=first, mode=way if way in ("min", "max") else "min")
+    return space.replace(**changes)
+
 
 def check_at_least(name: str, value, minimum=1) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum):

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tuning import record as records
-from tuning import results, spaces
+from tuning import objectives, results, spaces
 from tuning.cli import UsageError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -80,7 +80,10 @@ def earlier_runs(dirs: list[str], space: spaces.Space) -> list[Run]:
 def best_configs(runs: list[Run], space: spaces.Space, k: int) -> list[dict]:
     """The k best earlier configurations, ranked as the incumbent is (results.rank_key): the
     furthest budget first (a loss after 1 of 16 epochs is not the configuration's result), then
-    the last value. A diverged trial's stand-in value never counts."""
+    the last value. A diverged trial's stand-in value never counts. With several objectives or
+    constraints, in the order tuning.objectives ranks trials: the front first."""
+    if objectives.multi(space):
+        return _front_first(runs, space, k)
     ranked = []
     for rec, rows in runs:
         for trial_rows in rows.values():
@@ -94,6 +97,31 @@ def best_configs(runs: list[Run], space: spaces.Space, k: int) -> list[dict]:
     for _, config in ranked:
         if config not in out:
             out.append(config)
+    return out[:k]
+
+
+def _front_first(runs: list[Run], space: spaces.Space, k: int) -> list[dict]:
+    """best_configs over several objectives or constraints: each earlier trial's last result, its
+    budget as the fraction of its run's, ranked as objectives.annotate ranks a trials table (Deb's
+    rules); diverged trials and those without the first objective left out."""
+    import pandas as pd
+
+    rows, configs = [], {}
+    for i, (rec, by_trial) in enumerate(runs):
+        for trial_id, trial_rows in by_trial.items():
+            last = max(trial_rows, key=lambda r: r.get("training_iteration", 0))
+            if last.get("diverged") or not results.is_number(last.get(space.metric)):
+                continue
+            key = f"{i}/{trial_id}"
+            configs[key] = {p: v for p, v in last["config"].items() if p in space.params}
+            rows.append({"trial_id": key, "epochs": min(last.get("training_iteration", 0) / rec.max_epochs, 1.0),
+                         "diverged": False, **{m: last.get(m) for m in objectives.required(space)}})
+    if not rows:
+        return []
+    out = []
+    for key in objectives.annotate(pd.DataFrame(rows), space, max_epochs=1)["trial_id"]:
+        if configs[key] not in out:
+            out.append(configs[key])
     return out[:k]
 
 

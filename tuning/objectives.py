@@ -15,6 +15,7 @@ sorting), not by hand. Plain data: no Ray, no spaces import (spaces imports this
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from typing import TYPE_CHECKING
 
@@ -49,8 +50,8 @@ def declare(metric, mode, objectives, constraints) -> tuple[str, str, dict | Non
             raise ValueError(f"metric={list(metric)!r} names {len(metric)} objectives: give each its direction, "
                              f"objectives={_example(metric)} (or mode=[...] with one 'min' or 'max' per metric)")
         if len(mode) != len(metric):
-            raise ValueError(f"metric= names {len(metric)} objectives but mode= gives {len(mode)} directions "
-                             f"{list(mode)!r}: give one 'min' or 'max' per metric")
+            raise ValueError(f"metric={list(metric)!r} names {len(metric)} objectives but mode={list(mode)!r} has "
+                             f"{len(mode)}: give one 'min' or 'max' per metric")
         if any(not isinstance(m, str) for m in metric):
             raise ValueError(f"metric={list(metric)!r}: each objective is a metric's name, a string")
         if len(set(metric)) != len(metric):
@@ -184,7 +185,7 @@ def amounts(values: dict, constraints: dict) -> dict[str, float]:
     out = {}
     for name, (op, b) in constraints.items():
         v = values.get(name)
-        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+        ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isnan(v)  # numpy's too
         out[name] = (v - b if op == "<=" else b - v) if ok else math.inf
     return out
 
@@ -239,7 +240,7 @@ def annotate(trials: pd.DataFrame, space, max_epochs: int) -> pd.DataFrame:
               & signed.notna().all(axis=1))
     ranks = pd.Series(math.nan, index=trials.index)
     if ranked.any():
-        ranks[ranked] = moocore.pareto_rank(signed[ranked].to_numpy(dtype=float))
+        ranks[ranked] = moocore.pareto_rank(signed[ranked].to_numpy(dtype=float)) + 1  # moocore counts from 0
     trials[RANK] = ranks.astype("Int64")
     budget = -pd.to_numeric(trials["epochs"]).clip(upper=max_epochs)
     order = pd.concat([budget.rename("_budget"), (~feasible).rename("_infeasible"),
@@ -265,7 +266,7 @@ def incumbent(trials: pd.DataFrame, space, max_epochs: int) -> tuple[dict | None
         if not trials.empty else trials
     if ok.empty:
         return None, ""
-    row = {k: _plain(v) for k, v in ok.iloc[0].items()}
+    row = {k: plain(v) for k, v in ok.iloc[0].items()}
     notes = []
     reached = min(int(row["epochs"]), max_epochs)
     if reached < max_epochs:
@@ -277,7 +278,8 @@ def incumbent(trials: pd.DataFrame, space, max_epochs: int) -> tuple[dict | None
     return row, "; ".join(notes)
 
 
-def _plain(v):
+def plain(v):
+    """A table's cell as the JSON value it stands for (None for a missing one)."""
     import pandas as pd
 
     if v is pd.NA:

@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from tuning import api, cli, growth, results, spaces, tracking
+from tuning import api, cli, growth, objectives, results, spaces, tracking
 from tuning.cli import TuningError, UsageError
 from tuning.contract import PRECISIONS
 
@@ -53,6 +53,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "synchronous Hyperband brackets), bohb (BOHB's model + the same brackets), adaptive (BOHB whose "
                         "brackets and model follow how well each rung ranks like the last), tpe (Optuna's TPE + the "
                         "same brackets)")
+    p.add_argument("--objective", action="append", metavar="NAME:min|max",
+                   help="an objective, in place of the space's metric or objectives; repeat it for several, the "
+                        "first one first (--objective loss:min --objective latency_ms:min): the run keeps the "
+                        "Pareto front in pareto.csv (docs/multi-objective.md). Runs with grid, random or tpe for now")
+    p.add_argument("--constraint", action="append", metavar="'NAME<=BOUND'",
+                   help="a bound on a reported metric, in place of the space's constraints; repeat it for several "
+                        "(--constraint 'peak_mem_gb<=4'): trials that break one rank after every trial that does not")
     p.add_argument("--num-samples", type=cli.positive_int,
                    help="trials to sample (default: the space's); with grid, how often the grid is repeated")
     p.add_argument("--max-epochs", type=cli.positive_int, help="epochs of a full-budget trial (default: the space's)")
@@ -96,6 +103,28 @@ def build_parser() -> argparse.ArgumentParser:
                         "a small data subset, synthetic data unless --data is given, a local Ray of "
                         f"{cli.SMOKE_CPUS} CPUs (trials run as on the 2-core machines it was sized on)")
     return p
+
+
+def _objective_flags(args) -> dict:
+    """--objective and --constraint as search()'s objectives= and constraints=; a malformed one, or an
+    objective named twice, is bad input."""
+    out = {}
+    try:
+        if args.objective:
+            pairs = [objectives.parse_objective(text) for text in args.objective]
+            twice = sorted({name for name, _ in pairs if [n for n, _ in pairs].count(name) > 1})
+            if twice:
+                raise ValueError(f"--objective names {', '.join(twice)} more than once: give each objective once")
+            out["objectives"] = dict(pairs)
+        if args.constraint:
+            bounds = [objectives.parse_constraint(text) for text in args.constraint]
+            twice = sorted({name for name, _ in bounds if [n for n, _ in bounds].count(name) > 1})
+            if twice:
+                raise ValueError(f"--constraint bounds {', '.join(twice)} more than once: one bound per metric")
+            out["constraints"] = dict(bounds)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return out
 
 
 def _duration(text: str) -> float:
@@ -154,6 +183,9 @@ class _Stdout(logging.StreamHandler):
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.resume:
+        if args.objective or args.constraint:
+            raise UsageError("--objective and --constraint start a new run: a resumed run keeps the objectives it "
+                             "was started with")
         if args.warm_start:
             raise UsageError("--warm-start starts a new run: it cannot be given with --resume")
         result = api.resume(args.resume, add_samples=args.add_samples, time_budget=args.time_budget,
@@ -172,7 +204,7 @@ def _main(argv: list[str]) -> int:
             address=args.address, storage_path=args.storage_path, max_failures=args.max_failures,
             tune_logs=args.tune_logs, worker_logs=args.worker_logs, smoke=args.smoke, time_budget=args.time_budget,
             warm_start=args.warm_start, warm_start_top=args.warm_start_top, mlflow=args.mlflow,
-            mlflow_experiment=args.mlflow_experiment, argv=argv)
+            mlflow_experiment=args.mlflow_experiment, argv=argv, **_objective_flags(args))
     print("\n" + result.summary())
     rec, folder = result.record, result.results_dir
     if result.status == "time budget spent":

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 
-from tuning import backend, cli, contract, growth, results, spaces, tracking
+from tuning import backend, cli, contract, growth, objectives, results, spaces, tracking
 from tuning.record import RunRecord
 
 if TYPE_CHECKING:  # tuning.data imports torch (3 s): only a CIFAR run's driver needs it
@@ -30,7 +30,8 @@ class MetricError(cli.TuningError):
 
 @dataclass
 class Best:
-    """The incumbent: the best trial at the full budget (results.incumbent)."""
+    """The incumbent: the best trial at the full budget (results.incumbent). With several objectives
+    or constraints, the feasible front member best on the first objective (tuning.objectives)."""
 
     trial_id: str
     config: dict  # the searched parameters
@@ -55,6 +56,9 @@ class SearchResult:
     record: RunRecord  # run.json
     report: Path | None  # report.html, None where it could not be written
     tracking: list = field(default_factory=list)  # the summary's lines on MLflow (tuning.tracking)
+    # With several objectives or constraints: the feasible, non-dominated trials at the full budget
+    # (pareto.csv; rows of trials.csv). None for a space with one metric.
+    pareto: pd.DataFrame | None = None
 
     @property
     def best_config(self) -> dict | None:
@@ -82,7 +86,7 @@ class SearchResult:
         if r.memory_growing:
             lines.append(f"  {r.memory_growing} trial(s) grew in memory epoch after epoch: see memory_growing and "
                          "peak_rss_mb in trials.csv; a tensor kept alive across steps is the usual cause")
-        lines += self._best_lines() + self._failure_lines()
+        lines += self._best_lines() + self._front_lines() + self._failure_lines()
         banner = data_banner(r.data)
         if banner:
             lines.append(banner)
@@ -109,6 +113,17 @@ class SearchResult:
             out.append(f"  test loss {b.metrics['test_loss']:.4f}, accuracy {b.metrics['test_accuracy']:.4f} "
                        f"on {b.metrics.get('test_images')} test images")
         return out
+
+    def _front_lines(self) -> list[str]:
+        if self.pareto is None:
+            return []
+        ways = self.record.declaration.get("objectives") or {self.record.metric: self.record.mode}
+        if self.pareto.empty:
+            return ["  Pareto front: empty (no trial met the constraints at the full budget); pareto.csv has none"]
+        points = "; ".join(", ".join(f"{k} {_fmt(row[k])}" for k in ways) for _, row in self.pareto.head(5).iterrows())
+        more = f"; and {len(self.pareto) - 5} more" if len(self.pareto) > 5 else ""
+        return [f"  Pareto front ({', '.join(f'{k} {v}' for k, v in ways.items())}): {len(self.pareto)} trial(s) in "
+                f"pareto.csv: {points}{more}"]
 
     def _failure_lines(self) -> list[str]:
         t = self.trials
@@ -199,8 +214,10 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
     res = record.resources_per_trial
     trials = results.trials_table(records, params, strategy=record.strategy, max_epochs=record.max_epochs,
                                   metric=space.metric, mode=space.mode, cpus=res["cpu"], gpus=res["gpu"])
+    trials = objectives.annotate(trials, space, record.max_epochs)  # several objectives: feasibility, rank
     epochs = results.epochs_table(records, params, space.metric)
     results.write_tables(results_dir, trials, epochs)
+    pareto = _write_front(results_dir, trials, space)
     wrong = next((r[results.METRIC_ERROR] for rec in records for r in rec["rows"] if r.get(results.METRIC_ERROR)),
                  None)
     if wrong:
@@ -229,7 +246,17 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
         lines = tracker.finish(records, trials, best, status)
         record.write(results_dir)  # the parent run's id, where it was opened late (the server was down)
     return SearchResult(results_dir=results_dir, status=status, trials=trials, epochs=epochs, best=best,
-                        record=record, report=report, tracking=lines)
+                        record=record, report=report, tracking=lines, pareto=pareto)
+
+
+def _write_front(results_dir: Path, trials: pd.DataFrame, space: spaces.Space) -> pd.DataFrame | None:
+    """pareto.csv, for a space with several objectives or constraints: the rows of trials.csv on
+    the front (tuning.objectives.front), best on the first objective first. None for one metric."""
+    if not objectives.multi(space):
+        return None
+    front = objectives.front(trials) if not trials.empty else trials
+    results.write_atomic(results_dir / "pareto.csv", lambda p: front.to_csv(p, index=False))
+    return front
 
 
 def _one_report_run(record: RunRecord, records: list[dict]) -> None:
@@ -311,7 +338,9 @@ def _best(trials, records: list[dict], space: spaces.Space, source, record: RunR
           tested: bool) -> Best | None:
     """The incumbent, measured on the test set when the run finished on CIFAR data; written to
     best_config.json."""
-    row, note = results.incumbent(trials, space.metric, space.mode, record.max_epochs)
+    several = objectives.multi(space)
+    row, note = (objectives.incumbent(trials, space, record.max_epochs) if several else
+                 results.incumbent(trials, space.metric, space.mode, record.max_epochs))
     if row is None:
         return None
     # The trial's own config, not the table's row: an inactive parameter is absent there (the
@@ -332,8 +361,23 @@ def _best(trials, records: list[dict], space: spaces.Space, source, record: RunR
     results.write_json(results_dir / "best_config.json", {
         "trial_id": best.trial_id, "config": best.config, "fixed": dict(space.fixed), "metric": space.metric,
         "mode": space.mode, **metrics, "epochs": best.epochs, **({"note": note} if note else {}),
-        "checkpoint": kept})
+        "checkpoint": kept, **(_front_json(trials, records, space) if several else {})})
     return best
+
+
+def _front_json(trials, records: list[dict], space: spaces.Space) -> dict:
+    """best_config.json's account of several objectives: what they are, what "best" means, and
+    every trial on the front with its configuration and metrics."""
+    configs = {r["trial_id"]: r["config"] for r in records}
+    keys = objectives.required(space)
+    return {
+        "objectives": objectives.of(space),
+        **({"constraints": {k: list(c) for k, c in space.constraints.items()}} if space.constraints else {}),
+        "best_means": "the front member best on the first objective (the others break a tie); the whole front is "
+                      "under pareto",
+        "pareto": [{"trial_id": row["trial_id"], "config": configs.get(row["trial_id"], {}),
+                    **{k: objectives.plain(row[k]) for k in keys if k in row}}
+                   for _, row in objectives.front(trials).iterrows()]}
 
 
 def _checkpoint(best: dict, records: list[dict]) -> Path | str | None:

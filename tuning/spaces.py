@@ -22,7 +22,7 @@ from typing import Any, Callable, Union
 
 import numpy as np
 
-from tuning import conditions
+from tuning import conditions, objectives as objective_rules
 from tuning.cli import TuningError
 
 # tpe: Optuna's TPE sampler under the same Hyperband brackets as hyperband and bohb, the model
@@ -296,12 +296,21 @@ class Space:
     diverged_value: float | None = None
     seed: int = 0
     name: str = ""
+    # Several objectives, each with its direction, and bounds on reported metrics (tuning.objectives,
+    # docs/multi-objective.md): objectives={"loss": "min", "latency_ms": "min"},
+    # constraints={"peak_mem_gb": ("<=", 4)}. metric and mode then name the first objective.
+    objectives: dict | None = None
+    constraints: dict = field(default_factory=dict)
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
             raise SpaceError(f"strategy {self.strategy!r} unknown: use one of {', '.join(STRATEGIES)}")
-        if self.mode not in ("min", "max"):
-            raise SpaceError(f"mode must be 'min' or 'max', got {self.mode!r}")
+        try:
+            declared = objective_rules.declare(self.metric, self.mode, self.objectives, self.constraints)
+        except ValueError as exc:
+            raise SpaceError(str(exc)) from None
+        for name, value in zip(("metric", "mode", "objectives", "constraints"), declared):
+            object.__setattr__(self, name, value)
         if not self.params:
             raise SpaceError("a space needs at least one parameter")
         for key, p in self.params.items():
@@ -318,9 +327,12 @@ class Space:
             raise SpaceError(f"trainer must be a function, 'module:function', 'cifar' or a benchmark name, "
                              f"got {self.trainer!r}")
         reported = trainer_metrics(self.trainer)
-        if reported is not None and self.metric not in reported:
-            raise SpaceError(f"metric {self.metric!r} is never reported by the {self.trainer} trainer: "
-                             f"use one of {', '.join(sorted(reported))}")
+        for name in objective_rules.required(self) if reported is not None else ():
+            if name not in reported:
+                what = ("metric" if name == self.metric and not self.objectives else "objective"
+                        if name in objective_rules.of(self) else "constrained metric")
+                raise SpaceError(f"{what} {name!r} is never reported by the {self.trainer} trainer: "
+                                 f"use one of {', '.join(sorted(reported))}")
         clash = set(self.params) & set(self.fixed)
         if clash:
             raise SpaceError(f"{sorted(clash)} are both searched and fixed: keep each in one place")
@@ -549,16 +561,21 @@ _SETTINGS = ("strategy", "metric", "mode", "num_samples", "grid_repeats", "grid"
              "diverged_value", "seed", "name")
 
 
+# Written only where a space declares them, so a single-metric run's record reads as it always did.
+_OBJECTIVES = ("objectives", "constraints")
+
+
 def to_json(space: Space) -> dict:
     """The whole space as plain JSON; its trainer by name (trainer_name)."""
     return {"params": declarations(space), "trainer": trainer_name(space.trainer),
-            **{k: getattr(space, k) for k in _SETTINGS}}
+            **{k: getattr(space, k) for k in _SETTINGS},
+            **{k: getattr(space, k) for k in _OBJECTIVES if getattr(space, k)}}
 
 
 def from_json(data: dict, trainer=None) -> Space:
     """to_json() read back. `trainer`: the function to run, where the recorded name cannot be
     imported (a function defined in a script or notebook)."""
-    settings = {k: data[k] for k in _SETTINGS if k in data}
+    settings = {k: data[k] for k in (*_SETTINGS, *_OBJECTIVES) if k in data}
     return Space(params=from_declarations(data["params"]), trainer=trainer or data["trainer"], **settings)
 
 

@@ -24,7 +24,7 @@ from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule
 from ray.tune.search import BasicVariantGenerator, SearchGenerator, Searcher
 from ray.tune.search.basic_variant import _TrialIterator
 
-from tuning import conditions, results, spaces
+from tuning import conditions, objectives, results, spaces
 from tuning.backend.budget import TimeGate
 from tuning.backend.hyperband import PaperHyperBand, PauseEveryResult
 
@@ -280,7 +280,16 @@ def build(spec, budget=None):
     scheduler stops starting trials at."""
     space, strategy, seed, more = spec.space, spec.strategy, spec.seed, spec.add_samples
     more = more if spec.resume else 0
-    if strategy == "grid":
+    refusal = objectives.strategy_refusal(space, strategy)  # tuning.api refuses it first; compare does not
+    if refusal:
+        raise spaces.SpaceError(refusal)
+    if strategy == "tpe" and objectives.multi(space):  # MOTPE, every trial to the full budget (tpe.MultiObjective)
+        from tuning.backend import tpe
+
+        scheduler = Fifo()
+        search = SearcherSearch(tpe.multi_objective_searcher(space, seed, spec.warm_points), more=more)
+        config = {}
+    elif strategy == "grid":
         scheduler, search = Fifo(), SearcherSearch(LazyGrid(space), more=more)
         config = {}
     elif strategy in ("random", "asha", "median"):

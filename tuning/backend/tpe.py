@@ -11,6 +11,9 @@ the same measurement; on real learning curves, whose first epoch ranks configura
 random, it then did worse than random search (docs/strategies.md). Optuna's sampler is used as it
 ships (TPESampler with its defaults, seeded), so a comparison against it is against what users
 would leave for.
+
+A space with several objectives or constraints (tuning.objectives) runs MultiObjective below instead,
+every trial to the full budget.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import optuna
 from ray.tune.search.optuna import OptunaSearch
 
-from tuning import peers, spaces
+from tuning import objectives, peers, spaces
 
 
 class DefineByRun:
@@ -64,3 +67,37 @@ def searcher(space: spaces.Space, seed: int, max_t: int, points: list[dict] | No
     return PrunedAware(space=DefineByRun(space.params), metric=space.metric, mode=space.mode, max_t=max_t,
                        sampler=optuna.samplers.TPESampler(seed=seed),
                        points_to_evaluate=[spaces.to_positions(space.params, p) for p in points or []] or None)
+
+
+class MultiObjective(OptunaSearch):
+    """OptunaSearch over several objectives, or under constraints: Optuna's TPE as it ships, which
+    with several objectives is MOTPE (Ozaki et al., JAIR 2022: the good/bad split by non-domination
+    rank, ties broken by hypervolume contribution), with every trial at the full budget (no brackets:
+    Hyperband's promotion by several objectives comes next). Each constrained metric's amount
+    (tuning.objectives.amounts: above 0 violated) is told through Trial.set_constraint, which
+    replaced TPESampler's constraints_func in Optuna 5, before the trial's values: TPE then puts
+    every feasible trial before every infeasible one, and infeasible ones by their total violation
+    (Deb's rules, as tuning.objectives ranks the tables)."""
+
+    def __init__(self, *args, constraints: dict, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.constraints = constraints
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+        if result and self.constraints and trial_id in self._ot_trials and trial_id not in self._completed_trials:
+            ot_trial = self._ot_trials[trial_id]
+            for name, amount in objectives.amounts(result, self.constraints).items():
+                ot_trial.set_constraint(name, amount)
+        return super().on_trial_complete(trial_id, result, error)
+
+
+def multi_objective_searcher(space: spaces.Space, seed: int, points: list[dict] | None = None) -> OptunaSearch:
+    """MultiObjective over the space's objectives and constraints, seeded; `points`: configurations
+    to run first (a warm start)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    ways = objectives.of(space)
+    several = len(ways) > 1
+    return MultiObjective(space=DefineByRun(space.params), metric=list(ways) if several else space.metric,
+                          mode=list(ways.values()) if several else space.mode, constraints=dict(space.constraints),
+                          sampler=optuna.samplers.TPESampler(seed=seed),
+                          points_to_evaluate=[spaces.to_positions(space.params, p) for p in points or []] or None)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 import ray
 from ray import tune
 
-from tuning import contract, forkserver, results, spaces, trialstate
+from tuning import contract, forkserver, objectives, results, spaces, trialstate
 from tuning.backend.tune_parts import SyntheticBenchmark
 from tuning.benchmarks import BENCHMARKS
 
@@ -110,7 +110,7 @@ def trainable(spec):
         train_function, trainer=space.trainer, source=spec.source, max_epochs=spec.trainer_epochs or spec.max_epochs,
         fixed=dict(space.fixed), seed=spec.seed, threads=max(1, int(spec.cpus_per_trial)),
         metric=space.metric, diverged_value=space.worst, workers=spec.workers_per_trial,
-        max_train=spec.max_train, max_val=spec.max_val,
+        max_train=spec.max_train, max_val=spec.max_val, others=tuple(objectives.required(space)[1:]),
         one_report=contract.one_report_refusal(spec.strategy, spec.max_epochs, spaces.trainer_name(space.trainer)))
 
 
@@ -139,7 +139,7 @@ def trial_name(space: spaces.Space) -> TrialName:
 def train_function(config: dict, *, trainer, source, max_epochs: int,
                    fixed: dict, seed: int, threads: int, metric: str, diverged_value: float,
                    workers: int = 1, max_train: int | None = None, max_val: int | None = None,
-                   one_report: str | None = None) -> None:
+                   one_report: str | None = None, others: tuple = ()) -> None:
     """Tune's view of a trainer (tuning.contract): report each epoch, checkpoint each epoch, and
     continue from Tune's checkpoint when a trial is resumed, retried or unpaused. A user's trainer
     that returns its metrics without calling on_epoch has them reported as its one result, unless
@@ -147,16 +147,19 @@ def train_function(config: dict, *, trainer, source, max_epochs: int,
 
     A trial given several GPUs trains as one nccl rank per GPU; a CPU trial with workers > 1 as
     that many gloo ranks sharing its CPUs. Either way rank 0's epochs come back here. A trial
-    given a fraction of a GPU sees that one GPU in ray.get_gpu_ids() and trains on it alone."""
+    given a fraction of a GPU sees that one GPU in ray.get_gpu_ids() and trains on it alone.
+    `others`: the metrics besides `metric` that every result must hold (a space's other objectives
+    and its constrained metrics, tuning.objectives)."""
     params = {k: spaces.plain(v) for k, v in config.items()}
     kwargs = dict(**params, **fixed, epochs=max_epochs)
     try:
         if trainer == "cifar" and workers == 1 and forkserver.enabled() and not _gpus():
             _train_cifar_forked(params, {**kwargs, "seed": seed}, source=source, max_train=max_train,
-                                max_val=max_val, threads=threads, metric=metric, diverged_value=diverged_value)
+                                max_val=max_val, threads=threads, metric=metric, diverged_value=diverged_value,
+                                others=others)
             return
         state, restored = restore(tune.get_checkpoint())
-        report = _epoch_reporter(params, metric, diverged_value, restored_epoch=restored)
+        report = _epoch_reporter(params, metric, diverged_value, restored_epoch=restored, others=others)
         kwargs["state"] = state
         if trainer == "cifar":
             _train_cifar({**kwargs, "seed": seed}, source=source, max_train=max_train, max_val=max_val,
@@ -165,7 +168,7 @@ def train_function(config: dict, *, trainer, source, max_epochs: int,
             fn = contract.resolve(trainer)
             returned = _train_user(fn, kwargs, seed=seed, threads=threads, workers=workers, on_epoch=report)
             if report.epochs[0] == 0:  # a fresh trial that never called on_epoch (a resumed one may have nothing left)
-                _report_returned(report, returned, metric, diverged_value, spaces.trainer_name(fn), one_report)
+                _report_returned(report, returned, metric, diverged_value, spaces.trainer_name(fn), one_report, others)
     except _Diverged:
         return
     except Exception as exc:
@@ -177,7 +180,7 @@ def train_function(config: dict, *, trainer, source, max_epochs: int,
         raise RuntimeError(oom_message(params, str(exc), share)) from None
 
 
-def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restored_epoch: int):
+def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restored_epoch: int, others: tuple = ()):
     """The trainer's on_epoch: each epoch's metrics to Tune with a checkpoint; for a diverged
     epoch, a finite worst case and the end of the trial (_Diverged); for metrics without the
     space's metric as a number, a result that stops the run (tune_parts.stopper) and the end of
@@ -192,9 +195,17 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
         if wrong is not None:
             wrong += (f": report {metric!r} as a number (to on_epoch, or in the dict the trainer returns), or set "
                       "the space's metric to one it reports")
+        for other in others if wrong is None else ():
+            wrong = contract.plain_metrics(metrics, other)[1]
+            if wrong is not None:
+                wrong += (f": report {other!r} as a number (to on_epoch, or in the dict the trainer returns), or "
+                          "drop it from the space's objectives and constraints")
+                break
+        if wrong is not None:
             # Stand-in values keep Tune's metric check and the schedulers quiet for the one step
             # the stopper needs to end the run.
-            tune.report({**metrics, metric: diverged_value, results.METRIC_ERROR: wrong})
+            tune.report({**metrics, **_stand_ins((metric, *others), metrics, diverged_value),
+                         results.METRIC_ERROR: wrong})
             raise _Diverged
         # restored_from: the epoch this trial's process resumed at (0 = fresh start), so the
         # tables can show pauses and prove no epoch was trained twice. A trainer's own memory
@@ -233,13 +244,19 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
     return report
 
 
-def _report_returned(report, returned, metric: str, diverged_value: float, name: str, refusal: str | None) -> None:
+def _stand_ins(names: tuple, metrics: dict, diverged_value: float) -> dict:
+    """`diverged_value` for each of `names` that `metrics` lacks as a number."""
+    return {k: diverged_value for k in names if contract.plain_metrics(metrics, k)[1] is not None}
+
+
+def _report_returned(report, returned, metric: str, diverged_value: float, name: str, refusal: str | None,
+                     others: tuple = ()) -> None:
     """What a trainer returned without calling on_epoch, as the trial's one result; or, where that
     is nothing, or the strategy needs a result per epoch, a result that stops the run saying why."""
     metrics, wrong = contract.one_report(returned, metric, name)
     wrong = wrong or refusal
     if wrong is not None:
-        tune.report({metric: diverged_value, results.METRIC_ERROR: wrong})
+        tune.report({**_stand_ins((metric, *others), {}, diverged_value), results.METRIC_ERROR: wrong})
         return
     report(metrics, returned=True)
 
@@ -250,7 +267,8 @@ def _report_checkpoint(metrics: dict, directory: str, epochs: int) -> None:
 
 
 def _train_cifar_forked(params: dict, kwargs: dict, *, source: DataSource, max_train: int | None,
-                        max_val: int | None, threads: int, metric: str, diverged_value: float) -> None:
+                        max_val: int | None, threads: int, metric: str, diverged_value: float,
+                        others: tuple = ()) -> None:
     """train_cifar in a process forked from the node's fork server (tuning.forkserver): this
     process never imports torch. The child restores from Tune's checkpoints, and writes each
     epoch's checkpoint for this process to report."""
@@ -258,7 +276,7 @@ def _train_cifar_forked(params: dict, kwargs: dict, *, source: DataSource, max_t
 
     def on_message(kind: str, payload) -> None:
         if kind == "restored":
-            reporter.append(_epoch_reporter(params, metric, diverged_value, restored_epoch=payload))
+            reporter.append(_epoch_reporter(params, metric, diverged_value, restored_epoch=payload, others=others))
             return
         metrics, directory = payload
         try:
