@@ -108,7 +108,7 @@ def tradeoff(*, x, y, epochs, state=None, on_epoch):
     holds for x <= 0.5); y only makes both objectives worse, so a trial with a larger y than another
     of about its x is dominated by it. Each epoch lowers the loss a little."""
     for e in _epochs(state, epochs):
-        on_epoch({"loss": (1 - x) ** 2 + 0.5 * y + 0.1 / (e + 1), "latency_ms": 1 + 10 * x + 10 * y,
+        on_epoch({"loss": (1 - x) ** 2 + 0.2 * y + 0.1 / (e + 1), "latency_ms": 1 + 10 * x + 2 * y,
                   "peak_mem_gb": 8 * x}, {"epoch": e + 1})
 
 
