@@ -80,3 +80,25 @@ def test_importances_over_many_trials_come_from_a_draw_and_say_so():
     got = dict(zip(table["parameter"], table["importance"]))
     assert got["x"] > got["y"]
     assert f"random draw (seed 0) of the {n:,}" in note and f"These {fanova.MAX_IMPORTANCE_TRIALS} trials" in note
+
+
+def test_the_next_trial_is_fifos_own_choice_without_rereading_the_finished():
+    from types import SimpleNamespace
+
+    from ray.tune.experiment import Trial
+
+    from tuning.backend.strategies import Fifo
+
+    fifo = Fifo()
+    trials = [SimpleNamespace(status=s) for s in (Trial.TERMINATED, Trial.ERROR, Trial.RUNNING, Trial.PAUSED,
+                                                  Trial.PENDING, Trial.PENDING)]
+    for t in trials:
+        fifo.on_trial_add(None, t)
+    assert fifo.choose_trial_to_run(None) is trials[4]  # the first PENDING, as FIFOScheduler
+    assert fifo._finished == 2  # the finished front is passed over from now on
+    trials[4].status = trials[5].status = Trial.RUNNING
+    assert fifo.choose_trial_to_run(None) is trials[3]  # else the first PAUSED
+    trials[3].status = Trial.TERMINATED
+    assert fifo.choose_trial_to_run(None) is None
+    trials[2].status = Trial.PENDING  # a failure with retries left goes back to PENDING
+    assert fifo.choose_trial_to_run(None) is trials[2]
