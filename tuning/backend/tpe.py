@@ -10,7 +10,8 @@ at the rung where it stopped, so TPE compared epoch-1 losses with epoch-27 ones 
 the same measurement; on real learning curves, whose first epoch ranks configurations almost at
 random, it then did worse than random search (docs/strategies.md). Optuna's sampler is used as it
 ships (TPESampler with its defaults, seeded), so a comparison against it is against what users
-would leave for.
+would leave for; past 1,000 finished trials it sees a window of them (tuning/backend/tpewindow.py),
+so a proposal's cost stops growing with the run.
 
 A space with several objectives or constraints (tuning.objectives) runs MultiObjective below instead,
 every trial to the full budget.
@@ -22,6 +23,7 @@ import optuna
 from ray.tune.search.optuna import OptunaSearch
 
 from tuning import objectives, peers, spaces
+from tuning.backend.tpewindow import WindowedTPE
 
 
 class DefineByRun:
@@ -65,7 +67,7 @@ def searcher(space: spaces.Space, seed: int, max_t: int, points: list[dict] | No
     configurations to run first (a warm start)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial otherwise
     return PrunedAware(space=DefineByRun(space.params), metric=space.metric, mode=space.mode, max_t=max_t,
-                       sampler=optuna.samplers.TPESampler(seed=seed),
+                       sampler=WindowedTPE(seed=seed),
                        points_to_evaluate=[spaces.to_positions(space.params, p) for p in points or []] or None)
 
 

@@ -5,7 +5,7 @@ What a cheap trainer (scikit-learn, a replayed curve, our own benchmarks) feels 
 driver's cost per trial, and whether it grows with the trials so far. Each trial reports once and
 stamps the wall clock in its result, so both sides are timed the same way: per-trial cost per
 tenth of the run is the time between the last result of one tenth and the last of the next,
-divided by the trials in it. The driver's peak RSS is its own ``ru_maxrss`` (Ray's other
+divided by the trials in it. The driver's peak RSS is its own high-water mark (Ray's other
 processes aside); the final report's time is a second write of it once the search returned.
 """
 
@@ -97,14 +97,25 @@ def measure(kind: str, n: int, keep: str | None = None) -> dict:
         got = (_ours if kind == "ours" else _raw)(n, Path(keep or Path(d, "run")))
     return {"kind": kind, "n": n, "trials": len(got["stamps"]), "wall_s": got["wall_s"],
             "tenths_ms": [1000 * s for s in tenths(got["stamps"])],
-            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "report_s": got["report_s"]}
+            "peak_rss_mb": peak_rss_mb(), "report_s": got["report_s"]}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS since it started: VmHWM. Not ru_maxrss, which Linux carries over
+    from the forked parent across exec (every child of the bench then read at least the bench's
+    own 576 MB)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # not Linux
 
 
 def proposal_ms(searcher: str, n: int, repeats: int = 20, seed: int = 0) -> dict:
     """Milliseconds per proposal, and per observation, of a searcher that has seen `n` results at
     one budget, on LCBench's 7-parameter space (search_spaces/lcbench.py) with random losses:
-    "bohb" (HpBandSter's generator as tuning.backend.bohb runs it, every proposal from the model)
-    or "tpe" (Optuna's TPESampler as tuning.backend.tpe builds it)."""
+    "bohb" (HpBandSter's generator as tuning.backend.bohb runs it, every proposal from the model),
+    "tpe" (Optuna's TPESampler as it ships) or "tpe_windowed" (tuning.backend.tpewindow's, which
+    the tpe strategy runs)."""
     import numpy as np
 
     from tuning import spaces
@@ -138,7 +149,12 @@ def proposal_ms(searcher: str, n: int, repeats: int = 20, seed: int = 0) -> dict
         trial = study.ask()
         peers.ask(trial, space.params)
         study.tell(trial, float(rng.random()))
-    study.sampler = optuna.samplers.TPESampler(seed=seed)
+    if searcher == "tpe":  # Optuna's own, as it ships (the peers run it)
+        study.sampler = optuna.samplers.TPESampler(seed=seed)
+    else:  # "tpe_windowed": what tuning.backend.tpe gives OptunaSearch
+        from tuning.backend.tpewindow import WindowedTPE
+
+        study.sampler = WindowedTPE(seed=seed)
     t = time.perf_counter()
     for _ in range(repeats):
         trial = study.ask()
@@ -176,11 +192,11 @@ def bench_scale(quick: bool, sizes: tuple[int, ...] | None = None) -> list[dict]
                  row("scale", f"raw_last_to_first_tenth_{n}", raw["tenths_ms"][-1] / raw["tenths_ms"][0], "x",
                      "the same, raw Tune"),
                  row("scale", f"ours_driver_peak_rss_mb_{n}", ours["peak_rss_mb"], "MB",
-                     "the driver process's peak RSS (ru_maxrss), tuning.search"),
+                     "the driver process's peak RSS (VmHWM), tuning.search"),
                  row("scale", f"raw_driver_peak_rss_mb_{n}", raw["peak_rss_mb"], "MB", "the same, raw Tune"),
                  row("scale", f"final_report_s_{n}", ours["report_s"], "s",
                      "report.html and report.md written again from the finished run's tables")]
-    for searcher in ("bohb", "tpe"):
+    for searcher in ("bohb", "tpe", "tpe_windowed"):
         for n in (1000,) if quick else (1000, 10000):
             got = proposal_ms(searcher, n)
             rows.append(row("scale", f"{searcher}_propose_ms_{n}", got["propose_ms"], "ms",

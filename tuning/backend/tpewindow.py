@@ -1,0 +1,90 @@
+"""Optuna's TPE with a bounded cost per proposal: past WINDOW finished trials, it sees the best
+tenth of that many complete ones and the most recent others, not every trial of the run.
+
+TPE fits its two densities to every finished trial at each proposal, so a proposal costs time in
+proportion to the trials so far: 68 ms at 1,000 and 186 ms at 10,000 on LCBench's 7 parameters
+(``python -m tuning.bench --only scale``, docs/performance.md), and the Tune loop waits for each
+(ray#18903). Its good set is the best ``min(ceil(0.1 n), 25)`` trials, at most 25, which the best
+tenth of the window always holds; its bad density is fitted to the rest of the window: the recent
+trials, where the search is now, which Optuna's own weights already favour. Up to WINDOW finished
+trials (every run of today's sizes) the sampler sees exactly what TPESampler sees, so its proposals
+are TPESampler's. With several objectives there is no single "best" to keep: the window is not
+applied (docs/strategies.md).
+"""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import TrialState
+
+WINDOW = 1000
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+def windowed(trials: list, window: int, minimize: bool) -> list:
+    """The trials TPE is shown: all of them up to `window` finished ones; past that, the best
+    window // 10 complete ones (by value) and the most recent others up to `window`, in the run's
+    order, with every trial not finished (running, failed) kept as it is."""
+    finished = [t for t in trials if t.state in FINISHED]
+    if len(finished) <= window:
+        return trials
+    complete = sorted((t for t in finished if t.state == TrialState.COMPLETE and t.value is not None),
+                      key=lambda t: t.value if minimize else -t.value)
+    keep = {t.number for t in complete[:window // 10]}
+    for t in reversed(finished):
+        if len(keep) >= window:
+            break
+        keep.add(t.number)
+    return [t for t in trials if t.state not in FINISHED or t.number in keep]
+
+
+class _Seen:
+    """A study as the sampler sees it: Study, except that its trials are `windowed`. One window
+    per count of trials and states asked for, so a proposal's several calls filter once."""
+
+    def __init__(self, study: optuna.Study, window: int):
+        self._study, self._window, self._cache = study, window, {}
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name in ("_study", "_window", "_cache"):
+            raise AttributeError(name)
+        return getattr(self._study, name)
+
+    def _get_trials(self, deepcopy: bool = False, states=None, use_cache: bool = False) -> list:
+        trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
+        if deepcopy:
+            return windowed(trials, self._window, self._study.direction == optuna.study.StudyDirection.MINIMIZE)
+        key = (len(trials), tuple(states) if states is not None else None)
+        if key not in self._cache:
+            self._cache = {key: windowed(trials, self._window,
+                                         self._study.direction == optuna.study.StudyDirection.MINIMIZE)}
+        return self._cache[key]
+
+    def get_trials(self, deepcopy: bool = True, states=None) -> list:
+        return self._get_trials(deepcopy=deepcopy, states=states, use_cache=False)
+
+
+class WindowedTPE(optuna.samplers.TPESampler):
+    """TPESampler (its defaults, seeded) shown `windowed` trials of a single-objective study."""
+
+    def __init__(self, *args, window: int = WINDOW, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.window = window
+        self._seen: dict[int, _Seen] = {}
+
+    def __getstate__(self):  # OptunaSearch is pickled with its sampler for a resume: no views of studies
+        return {**self.__dict__, "_seen": {}}
+
+    def _view(self, study):
+        if len(study.directions) > 1:
+            return study
+        seen = self._seen.get(id(study))
+        if seen is None or seen._study is not study:
+            seen = self._seen[id(study)] = _Seen(study, self.window)
+        return seen
+
+    def sample_relative(self, study, trial, search_space):
+        return super().sample_relative(self._view(study), trial, search_space)
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        return super().sample_independent(self._view(study), trial, param_name, param_distribution)
