@@ -102,3 +102,24 @@ def test_the_next_trial_is_fifos_own_choice_without_rereading_the_finished():
     assert fifo.choose_trial_to_run(None) is None
     trials[2].status = Trial.PENDING  # a failure with retries left goes back to PENDING
     assert fifo.choose_trial_to_run(None) is trials[2]
+
+
+def test_bohbs_set_of_evaluated_points_agrees_with_comparing_every_pair():
+    import numpy as np
+    from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
+
+    from tuning import spaces
+    from tuning.backend.bohb import VectorisedBOHB
+
+    cs = spaces.to_configspace(spaces.load("lcbench"), 0)
+    model = VectorisedBOHB(cs, random_fraction=0.0)
+    rng = np.random.default_rng(0)
+    for config in cs.sample_configuration(300):
+        model.new_result(_BOHBJobWrapper(float(rng.random()), 27, dict(config)))
+    seen = model.configs[27]
+    for step in range(2):  # the set grows with the results that arrive in between
+        vectors = np.array([*seen[:20], *(np.asarray(p) + 1e-3 for p in seen[20:40]), *rng.random((24, 7))])
+        got = model._evaluated(vectors, seen, 27)
+        assert (got == VectorisedBOHB.evaluated_among(vectors, np.asarray(seen, dtype=float))).all()
+        assert got[:20].all() and not got[20:].any()
+        model.new_result(_BOHBJobWrapper(0.5, 27, dict(cs.sample_configuration())))

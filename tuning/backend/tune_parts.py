@@ -91,6 +91,9 @@ def stopper(max_t: int, budget_iterations: int | None):
     return CombinedStopper(*stoppers)
 
 
+BAR_EVERY_S = 0.5  # the progress bar's updates, at most this often
+
+
 class Reporter(CLIReporter):
     """Tune's CLIReporter, made safe for trials Tune has not scheduled yet, and for finished trials
     that never reported the metric.
@@ -126,16 +129,19 @@ class Reporter(CLIReporter):
         self._planned, self._progress_file = planned, results_dir and results_dir / progress.PROGRESS_FILE
         self._strategy, self._before = strategy, elapsed_before_s
         self._started, self._at_start, self._at_once, self._early = time.monotonic(), None, 1, None
-        self._bar = None
+        self._bar, self._bar_at = None, 0.0
         if sys.stderr.isatty():
             from tqdm import tqdm
 
             self._bar = tqdm(total=planned, unit="epoch", desc="tuning", file=sys.stderr, leave=False)
 
     def should_report(self, trials, done=False):
-        if getattr(self, "_bar", None) is not None:
+        # At most every BAR_EVERY_S: counting the epochs reads every trial, and Tune asks at every
+        # step, which at 10,000 trials made the count grow with the run (docs/performance.md).
+        if getattr(self, "_bar", None) is not None and (done or time.monotonic() >= self._bar_at):
             self._bar.n = min(_epochs_done(trials), self._bar.total)
             self._bar.refresh()
+            self._bar_at = time.monotonic() + BAR_EVERY_S
         return super().should_report(trials, done)
 
     def report(self, trials, done, *sys_info):
