@@ -80,6 +80,27 @@ def test_the_template_runs_from_python(tmp_path):
     assert result.status == "finished" and result.best is not None and "mse" in result.best.metrics
 
 
+def test_the_readme_trainer_keeps_the_contract():
+    """The README's trainer, shortened from the template, as tuning checks it and calls it: its space
+    builds, its signature passes, and a state handed back goes on as if never paused (no Ray)."""
+    from tuning import contract
+
+    readme = (ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "def train(" in b)
+    assert "tuning.search(train, space)" in block
+    scope = {}
+    exec(compile(block.split("result = tuning.search(")[0], "README.md", "exec"), scope)
+    train, space = scope["train"], scope["space"]
+    contract.check_signature(train, "train", list(space.params), list(space.fixed))
+    paused, states, straight = [], [], []
+    keep = lambda m, s: (paused.append(m), states.append(s))  # noqa: E731
+    train(lr=0.1, weight_decay=1e-3, epochs=2, on_epoch=keep)
+    train(lr=0.1, weight_decay=1e-3, epochs=4, state=states[-1], on_epoch=keep)
+    train(lr=0.1, weight_decay=1e-3, epochs=4, on_epoch=lambda m, s: straight.append(m))
+    assert len(paused) == 4 and states[-1]["epoch"] == 4 and space.metric in paused[-1]
+    assert paused[-1]["mse"] == pytest.approx(straight[-1]["mse"])
+
+
 def test_the_docs_template_is_examples_template():
     doc = (ROOT / "docs" / "your-trainer.md").read_text()
     block = re.search(r"<!-- examples/template.py -->\n```python\n(.*?)```", doc, re.S)

@@ -1,8 +1,10 @@
-"""The package's shape: no import circles, measurement kept off the run path, and a non-editable
-install that has every module and runs the commands the README gives."""
+"""The package's shape: no import circles, measurement kept off the run path, a non-editable
+install that has every module and runs the commands the README gives, and a README that stays a
+front door (issue 42)."""
 
 import ast
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -105,3 +107,20 @@ def test_a_non_editable_install_has_every_module_and_runs_the_commands(tmp_path)
         where = subprocess.run([sys.executable, "-c", f"import {command[0]} as m; print(m.__file__)"], cwd=tmp_path,
                                env=env, capture_output=True, text=True, timeout=120)
         assert where.stdout.startswith(str(tmp_path / "site")), where.stdout + where.stderr
+
+
+def test_the_readme_is_a_front_door_not_a_lab_book():
+    """At most 200 lines, no commit hashes and no dates: the dated measurements live in docs/lab/.
+    Its counts and versions are pyproject's and the code's."""
+    from tuning import spaces
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 200
+    hashes = [w for w in re.findall(r"\b[0-9a-f]{7,40}\b", text) if re.search(r"[a-f]", w) and re.search(r"\d", w)]
+    assert not hashes, f"commit hashes in the README: {hashes}"
+    assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), "a dated entry in the README: it belongs in docs/lab/"
+    counts = {6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+    assert f"{counts[len(spaces.STRATEGIES)]} strategies" in text and all(f"`{s}`" in text or s in text.lower()
+                                                                       for s in spaces.STRATEGIES)
+    floor = re.search(r'requires-python = ">=(3\.\d+)"', (ROOT / "pyproject.toml").read_text())[1]
+    assert f"Python {floor} or newer" in text
