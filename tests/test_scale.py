@@ -15,6 +15,7 @@ from tuning.report import fanova, runplots
 N = 300
 
 
+@pytest.mark.alone  # a ratio of times within one run: a neighbour's test starting mid-run would move it
 def test_a_later_trial_costs_the_driver_no_more_than_an_early_one(ray_here, tmp_path, monkeypatch):
     """Each trial stamps when it reported; the per-trial cost of the run's second half (its tenths'
     median) against its first half's, the first tenth left out (actors starting). And the share of
@@ -123,3 +124,27 @@ def test_bohbs_set_of_evaluated_points_agrees_with_comparing_every_pair():
         assert (got == VectorisedBOHB.evaluated_among(vectors, np.asarray(seen, dtype=float))).all()
         assert got[:20].all() and not got[20:].any()
         model.new_result(_BOHBJobWrapper(0.5, 27, dict(cs.sample_configuration())))
+
+
+def test_bohb_fits_a_window_past_a_thousand_results_and_still_knows_every_point():
+    import numpy as np
+    from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
+
+    from tuning import spaces
+    from tuning.backend.bohb import VectorisedBOHB
+
+    cs = spaces.to_configspace(spaces.load("lcbench"), 0)
+    model = VectorisedBOHB(cs, random_fraction=0.0)
+    model.window = 200
+    configs, losses = list(cs.sample_configuration(500)), np.random.default_rng(0).random(500)
+    for i, (config, loss) in enumerate(zip(configs, losses)):
+        model.new_result(_BOHBJobWrapper(float(loss), 27, dict(config)))
+        if i + 1 == model.window:  # up to the window, HpBandSter's own lists
+            assert model.losses[27] == [float(v) for v in losses[:200]]
+    kept = model.losses[27]
+    assert len(kept) == model.window
+    best = sorted(losses)[:model.window * model.top_n_percent // 100]
+    assert set(best) <= set(kept)  # the good set of the whole run is in the window
+    assert kept[-10:] == [float(v) for v in losses[-10:]]  # and the most recent results
+    assert len(model.evaluated[27]) == 500  # a proposal is still checked against every point
+    assert model._evaluated(np.array([configs[0].get_array()]), model.evaluated[27], 27).all()  # the first, kept or not

@@ -241,15 +241,38 @@ class VectorisedBOHB(BOHB):
                 missing = np.flatnonzero(np.isnan(datum))
         return out
 
+    # Past this many results at a budget the densities are fitted to a window of them: the best
+    # top_n_percent of WINDOW (HpBandSter's good set had the window been the whole run) and the
+    # most recent others. Fitting to all made each proposal and each result cost time in
+    # proportion to the results so far (docs/performance.md, "Thousands of trials"); up to WINDOW
+    # results, every run of today's sizes, the model is HpBandSter's own.
+    window = 1000
+
     def new_result(self, job, update_model=True):
         before = {b: m["good"] for b, m in self.kde_models.items()}
+        budget = job.kwargs["budget"]
+        if len(self.configs.get(budget, ())) >= self.window:
+            self._trim(budget)
+        had = len(self.configs.get(budget, ()))
         super().new_result(job, update_model)
+        if len(self.configs.get(budget, ())) > had:  # every point evaluated there, the window aside
+            self.__dict__.setdefault("evaluated", {}).setdefault(budget, []).append(self.configs[budget][-1])
         for budget, models in self.kde_models.items():
             if before.get(budget) is not models["good"]:  # HpBandSter has just (re)fitted this budget
                 sets = self._unimputed(budget) if self.configspace.conditions else {}
                 self.kde_models[budget] = {
                     name: MixedKDE(sets[name], self._bandwidths(sets[name], kde.bw), self.vartypes) if sets
                     else MixedKDE(kde.data, kde.bw, self.vartypes) for name, kde in models.items()}
+
+    def _trim(self, budget) -> None:
+        """Leave window - 1 results at the budget, so that the next makes `window`: the best
+        top_n_percent of the window by loss, and the most recent of the others, in their order."""
+        losses = np.asarray(self.losses[budget], dtype=float)
+        best = set(np.argsort(losses, kind="stable")[:self.window * self.top_n_percent // 100].tolist())
+        recent = [i for i in range(len(losses) - 1, -1, -1) if i not in best][:self.window - 1 - len(best)]
+        keep = sorted(best | set(recent))
+        self.configs[budget] = [self.configs[budget][i] for i in keep]
+        self.losses[budget] = [self.losses[budget][i] for i in keep]
 
     def _unimputed(self, budget) -> dict[str, np.ndarray]:
         """The good and bad points HpBandSter has just fitted at this budget, before imputation: its
@@ -307,7 +330,8 @@ class VectorisedBOHB(BOHB):
             vectors[absent] = prior[absent]
         if self.configspace.conditions:
             vectors = self._deactivate(vectors)
-        fresh = ~self._evaluated(vectors, self.configs[budget], budget)
+        evaluated = self.__dict__.get("evaluated", {}).get(budget, self.configs[budget])
+        fresh = ~self._evaluated(vectors, evaluated, budget)
         best = self._best(good.pdf(vectors[fresh]), bad.pdf(vectors[fresh])) if fresh.any() else None
         if best is None:
             return dict(self.configspace.sample_configuration()), {"model_based_pick": False}
