@@ -190,6 +190,22 @@ def test_experiment_naming_an_unknown_strategy_or_benchmark(capsys, tmp_path, bo
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
 
 
+def test_an_experiment_over_several_objectives_is_refused_until_compare_ranks_by_them(capsys, tmp_path):
+    """tuning.compare's regret and ranks are of one metric: a space of several objectives would be
+    compared on its first alone, without a word."""
+    (tmp_path / "two_goals.py").write_text(
+        "from tuning import Space, Uniform\n"
+        "SPACE = Space(params={'x': Uniform(0.0, 1.0), 'y': Uniform(0.0, 1.0)}, trainer='user_trainers:tradeoff',\n"
+        "              strategy='random', objectives={'loss': 'min', 'latency_ms': 'min'}, gpus_per_trial=0)\n")
+    (tmp_path / "exp.py").write_text("from tuning.compare import Experiment\n"
+                                     f"EXPERIMENT = Experiment(space={str(tmp_path / 'two_goals.py')!r}, budget=5,"
+                                     " strategies=('random',), peers=())\n")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(tmp_path / "out")],
+            "ranks trials by loss (min), latency_ms (min)", "one metric for now")
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
 @pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(600)
 def test_a_warm_started_strategy_runs_from_its_source_run_and_is_judged_against_the_reference(tmp_path):

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from tuning import api, backend, cli, growth, peers, replay, results, spaces, tracking
+from tuning import api, backend, cli, growth, objectives, peers, replay, results, spaces, tracking
 from tuning.report import comparison as report
 from tuning.cli import UsageError
 
@@ -88,9 +88,13 @@ def load_experiment(path: str) -> tuple[str, Experiment]:
     if any(s.endswith("+warm") for s in exp.strategies) and not exp.warm_from:
         raise UsageError(f"{file}: a '+warm' strategy needs warm_from={{'strategy': ..., 'budget': ...}}")
     try:
-        _space(exp.space)
+        space, _ = _space(exp.space)
     except cli.TuningError as exc:  # an unknown space, a folder that is not a finished run
         raise UsageError(f"{file}: space/benchmark {exp.space!r}: {exc}") from None
+    if objectives.multi(space):  # regret and ranks here are of one metric: the others would be ignored
+        raise UsageError(f"{file}: space {exp.space!r} ranks trials by {objectives.describe(space)}, and "
+                         "tuning.compare compares strategies on one metric for now: declare the experiment over "
+                         "a space with one metric and no constraint")
     if not exp.seeds or exp.budget <= 0:
         raise UsageError(f"{file}: an experiment needs at least one seed and a positive budget")
     check_tasks(exp.tasks, f"{file}: tasks")
