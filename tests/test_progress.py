@@ -140,3 +140,18 @@ def test_a_resumed_run_keeps_its_elapsed_time(ray_here, tmp_path, capsys):
     assert seconds(lines[0]) >= int(before) - 1, lines[0]
     saved = json.loads((tmp_path / "r" / progress.PROGRESS_FILE).read_text())
     assert saved["elapsed_s"] >= before
+
+
+def test_cheap_epochs_count_the_time_left_at_the_rate_the_run_goes():
+    """Trials of a few milliseconds: their epoch times say nothing of what each costs the driver,
+    and 10,000 no-op trials were said to have 13 s left with 4 minutes to go. Long epochs keep the
+    estimate from their own times, however the last interval went."""
+    cheap = progress.estimate(done=1000, done_at_start=0, planned=10_000, elapsed_s=30, epoch_s=[0.01] * 50,
+                              at_once=2, best=None, recent_rate=33.0)
+    assert cheap.left_s == pytest.approx(9000 / 33.0)  # not 9,000 x 0.01 / 2 = 45 s
+    slow = progress.estimate(done=10, done_at_start=0, planned=20, elapsed_s=300, epoch_s=[30.0] * 10,
+                             at_once=2, best=None, recent_rate=0.01)
+    assert slow.left_s == pytest.approx(10 * 30.0 / 2)
+    unknown = progress.estimate(done=1000, done_at_start=0, planned=10_000, elapsed_s=30, epoch_s=[0.01] * 50,
+                                at_once=2, best=None)
+    assert unknown.left_s == pytest.approx(45.0)  # no interval measured yet: the epochs' own times

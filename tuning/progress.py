@@ -110,17 +110,30 @@ class Estimate:
                 f"elapsed, {left}{best}")
 
 
+# Epochs shorter than this are cheap ones: what a trial costs the driver and Ray (starting it, its
+# result, its checkpoint; tens of milliseconds) is then most of an epoch's wall time, which the
+# trials' own epoch times do not hold.
+CHEAP_EPOCH_S = 1.0
+
+
 def estimate(*, done: int, done_at_start: int, planned: int, elapsed_s: float, epoch_s: list[float],
-             at_once: int, best: float | None, running: int = 0, waiting: int = 0, strategy: str = "") -> Estimate:
+             at_once: int, best: float | None, running: int = 0, waiting: int = 0, strategy: str = "",
+             recent_rate: float | None = None) -> Estimate:
     """The live plan and the time left: the epochs still planned times the mean measured epoch time,
     divided by the trials that ran at once. `done_at_start`: the epochs an earlier segment had
     trained (a resume), which this segment's clock did not see. `running`, `waiting`: trials
     training or not started yet, each at least one epoch still to come, so the live plan is at least
-    done + running + waiting and the line never shows the end while one runs."""
+    done + running + waiting and the line never shows the end while one runs. `recent_rate`: epochs
+    per second since the last estimate; where epochs are cheap (CHEAP_EPOCH_S), the time left is
+    the epochs left at that rate: 10,000 trials of nothing were said to have 13 s left with 4
+    minutes to go."""
     live = max(planned, done + running + waiting)
     left_s = None
     if epoch_s and done > done_at_start:
-        left_s = (live - done) * (sum(epoch_s) / len(epoch_s)) / max(1, at_once)
+        mean = sum(epoch_s) / len(epoch_s)
+        left_s = (live - done) * mean / max(1, at_once)
+        if mean < CHEAP_EPOCH_S and recent_rate:
+            left_s = max(left_s, (live - done) / recent_rate)
     return Estimate(done=done, planned=live, elapsed_s=elapsed_s, left_s=left_s, best=best, first_plan=planned,
                     why=why_grown(strategy, done=done, planned=planned, running=running, waiting=waiting))
 

@@ -162,11 +162,15 @@ class Reporter(CLIReporter):
         per_epoch = [r["time_total_s"] / r["training_iteration"] for r in results if r.get("time_total_s")]
         values = [t.metric_analysis[self._metric][self._mode] for t in trials if self._metric in t.metric_analysis]
         best = (min if self._mode == "min" else max)(values) if values else None
+        now = time.monotonic()
+        last_at, last_done = getattr(self, "_last", (None, None))
+        rate = (done_now - last_done) / (now - last_at) if last_at is not None and now > last_at else None
+        self._last = (now, done_now)
         est = progress.estimate(done=done_now, done_at_start=self._at_start, planned=self._planned,
-                                elapsed_s=self._before + time.monotonic() - self._started, epoch_s=per_epoch,
+                                elapsed_s=self._before + now - self._started, epoch_s=per_epoch,
                                 at_once=self._at_once, best=best, strategy=self._strategy,
                                 running=sum(t.status == "RUNNING" for t in trials),
-                                waiting=sum(t.status == "PENDING" for t in trials))
+                                waiting=sum(t.status == "PENDING" for t in trials), recent_rate=rate or None)
         if self._bar is not None:
             self._bar.total = est.planned
         # The estimate the run is judged by at the end: made at 10 % of the run, so not on a resume past it.
