@@ -64,6 +64,8 @@ def test_past_the_window_proposals_still_follow_the_good_region_and_it_pickles()
     study = _study(sampler, 600)
     xs = [p["x"] for p in _proposals(study, 20)]
     assert sum(abs(x - 0.3) < 0.2 for x in xs) >= 12  # most proposals near the optimum at x = 0.3
+    finished = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+    assert len(sampler._view(study)._get_trials(states=finished)) == 200  # what it was shown: the window
     again = pickle.loads(pickle.dumps(sampler))
     assert again.window == 200 and again._seen == {}
 

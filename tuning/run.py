@@ -111,20 +111,23 @@ def _objective_flags(args) -> dict:
     out = {}
     try:
         if args.objective:
-            pairs = [objectives.parse_objective(text) for text in args.objective]
-            twice = sorted({name for name, _ in pairs if [n for n, _ in pairs].count(name) > 1})
-            if twice:
-                raise ValueError(f"--objective names {', '.join(twice)} more than once: give each objective once")
-            out["objectives"] = dict(pairs)
+            out["objectives"] = _once([objectives.parse_objective(t) for t in args.objective],
+                                      "--objective names {} more than once: give each objective once")
         if args.constraint:
-            bounds = [objectives.parse_constraint(text) for text in args.constraint]
-            twice = sorted({name for name, _ in bounds if [n for n, _ in bounds].count(name) > 1})
-            if twice:
-                raise ValueError(f"--constraint bounds {', '.join(twice)} more than once: one bound per metric")
-            out["constraints"] = dict(bounds)
+            out["constraints"] = _once([objectives.parse_constraint(t) for t in args.constraint],
+                                       "--constraint bounds {} more than once: one bound per metric")
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return out
+
+
+def _once(pairs: list[tuple], refusal: str) -> dict:
+    """(name, value) pairs as a dict; a name given twice is ValueError(refusal with the names)."""
+    names = [name for name, _ in pairs]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise ValueError(refusal.format(", ".join(twice)))
+    return dict(pairs)
 
 
 def _duration(text: str) -> float:

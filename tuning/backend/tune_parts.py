@@ -129,6 +129,7 @@ class Reporter(CLIReporter):
         self._planned, self._progress_file = planned, results_dir and results_dir / progress.PROGRESS_FILE
         self._strategy, self._before = strategy, elapsed_before_s
         self._started, self._at_start, self._at_once, self._early = time.monotonic(), None, 1, None
+        self._last = (None, None)  # (when, epochs done) at the last line: the recent rate
         self._bar, self._bar_at = None, 0.0
         if sys.stderr.isatty():
             from tqdm import tqdm
@@ -163,7 +164,7 @@ class Reporter(CLIReporter):
         values = [t.metric_analysis[self._metric][self._mode] for t in trials if self._metric in t.metric_analysis]
         best = (min if self._mode == "min" else max)(values) if values else None
         now = time.monotonic()
-        last_at, last_done = getattr(self, "_last", (None, None))
+        last_at, last_done = self._last
         rate = (done_now - last_done) / (now - last_at) if last_at is not None and now > last_at else None
         self._last = (now, done_now)
         est = progress.estimate(done=done_now, done_at_start=self._at_start, planned=self._planned,
