@@ -1,9 +1,12 @@
 """What the command lines share: a bad flag is one line and exit 2, like every other bad input;
-the checks every numeric flag's value passes; a checked --storage-path; and SIGTERM, which stops
-a command the way Ctrl-C does."""
+the checks every numeric flag's value passes; a checked --storage-path; SIGTERM, which stops
+a command the way Ctrl-C does; and the quieting of Ray's and Optuna's output, which only the
+commands do (library code leaves logging as its caller set it)."""
 
 import argparse
 import contextlib
+import importlib
+import logging
 import math
 import re
 import signal
@@ -140,3 +143,42 @@ def interrupted_status() -> int:
     """The exit status of a command stopped early by a signal, as a shell reports one killed by
     it: 130 after Ctrl-C, 143 after SIGTERM."""
     return 128 + _stopped_by
+
+
+class _DropNoise(logging.Filter):
+    """Ray messages that say nothing a tuning user can act on, and bury the progress table."""
+
+    NOISE = ("Token authentication is enabled", "Generated new authentication token",
+             "Checkpoint successfully created", "Started a local Ray instance",
+             "Wrote the latest version of all result files",
+             # A comparison run keeps its rows in a recorder, not in per-trial result files.
+             "Failed to fetch metrics for", "Could not fetch metrics for")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = record.getMessage()
+        return not any(n in msg for n in self.NOISE) and not _vanished_temp_file(msg)
+
+
+def _vanished_temp_file(msg: str) -> bool:
+    """Tune's syncer listed one of Tune's own temporary state files (written, then renamed into
+    place) and the rename won the race before the copy: it logs a traceback, and the next sync
+    copies the renamed file. A sync that fails on anything else is still shown."""
+    return "Last sync command failed" in msg and "-tmp-" in msg and "No such file" in msg
+
+
+def quiet_libraries(ray: bool = True) -> None:
+    """For the commands, at startup: Optuna logs warnings only (not a line per trial), and Ray's
+    noise (_DropNoise) is filtered out of the "ray" logger's handler, which every Ray and Tune
+    logger's records reach (Ray's own, set up when ray is imported, and not propagating further).
+    ray=False: a command that never starts Ray, which need not import it (a second)."""
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    if not ray:
+        return
+    importlib.import_module("ray")  # its import sets up the handler the filter goes on
+    noise = _DropNoise()
+    logger = logging.getLogger("ray")
+    for where in (logger, *logger.handlers):
+        if not any(isinstance(f, _DropNoise) for f in where.filters):
+            where.addFilter(noise)

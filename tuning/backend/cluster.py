@@ -10,38 +10,12 @@ import logging
 import os
 import sys
 
-from tuning.cli import TuningError
+from tuning.cli import TuningError, quiet_libraries
 
 
-class _DropNoise(logging.Filter):
-    """Ray messages that say nothing a tuning user can act on, and bury the progress table."""
-
-    NOISE = ("Token authentication is enabled", "Generated new authentication token",
-             "Checkpoint successfully created", "Started a local Ray instance",
-             "Wrote the latest version of all result files",
-             # A comparison run keeps its rows in a recorder, not in per-trial result files.
-             "Failed to fetch metrics for", "Could not fetch metrics for")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage()
-        return not any(n in msg for n in self.NOISE) and not _vanished_temp_file(msg)
-
-
-def _vanished_temp_file(msg: str) -> bool:
-    """Tune's syncer listed one of Tune's own temporary state files (written, then renamed into
-    place) and the rename won the race before the copy: it logs a traceback, and the next sync
-    copies the renamed file. A sync that fails on anything else is still shown."""
-    return "Last sync command failed" in msg and "-tmp-" in msg and "No such file" in msg
-
-
-def quiet_ray_logging() -> None:
-    """Called by CLIs only: library code leaves logging alone."""
-    noise = _DropNoise()
-    for name in ("ray", "ray.tune", "ray.train", "ray._private.worker", "ray.air"):
-        logger = logging.getLogger(name)
-        logger.addFilter(noise)
-        for handler in logger.handlers:
-            handler.addFilter(noise)
+# The commands quiet Ray's noise (tuning.cli.quiet_libraries); library code leaves logging alone.
+# The old name stays until tuning.backend's __init__ and tests/test_search.py stop importing it here.
+quiet_ray_logging = quiet_libraries
 
 
 class ClusterError(TuningError):
@@ -79,13 +53,15 @@ def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: i
 
     Trial processes' output is not forwarded unless worker_logs: it is mostly Ray's own INFO
     lines and SIGTERM tracebacks of actors shut down at the end, and it buried the progress
-    table. Trial errors still reach the driver through Tune, and every line is in Ray's logs."""
+    table. Trial errors still reach the driver through Tune, and every line is in Ray's logs.
+    Logging is left as the caller set it: ray.init would set the "ray" logger to INFO, so it is
+    given the level that logger has (the commands filter Ray's noise: tuning.cli.quiet_libraries)."""
     import signal
 
     import ray
 
     if not ray.is_initialized():
-        quiet_ray_logging()  # the token-auth banner is logged during init
+        level = logging.getLogger("ray").level
         # ray.init takes SIGTERM over: its Python handler stops the local Ray and exits 1, and its
         # C++ failure handler prints a stack dump and aborts. A handler the command installed
         # (tuning.cli: stop like Ctrl-C) gets it back; Ray's processes still stop at exit.
@@ -94,19 +70,19 @@ def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: i
             # "local": a new Ray of its own, even when `ray start` left a cluster on this machine
             # (ray.init() alone joins that one; --address auto is the way to ask for it).
             with environ(TUNE_WORKER_ENV):  # the raylet, and so every worker, inherits it
-                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs)
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs,
+                         logging_level=level)
             _local_node["id"] = ray.get_runtime_context().get_node_id()
         else:
             if address != "auto":
                 _check_reachable(address)
                 _check_token(address)
             try:
-                ray.init(address=address, log_to_driver=worker_logs)
+                ray.init(address=address, log_to_driver=worker_logs, logging_level=level)
             except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
                 raise ClusterError(_refusal(address, exc)) from None
         if callable(sigterm):
             signal.signal(signal.SIGTERM, sigterm)
-        quiet_ray_logging()
 
 
 AUTH_REFUSED = ("--address {address}: the cluster refused this driver's auth token (missing or wrong); put the "
@@ -119,12 +95,12 @@ def _check_token(address: str) -> None:
     refused, after 20 s of retries. So ask the head (one GCS call, milliseconds) whether it
     wants a token, and whether it takes ours. Turning token mode on for a head that has auth off
     is no fix either: its workers then cannot call the driver, and every trial's actor dies."""
-    from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+    from tuning.backend import rayinternals
 
     if not _auth_refused(address):
         return
     mode = os.environ.get("RAY_AUTH_MODE")
-    if mode is None and maybe_enable_token_auth_if_token_available(warn_if_disabled=False) and not _auth_refused(address):
+    if mode is None and rayinternals.enable_token_auth_if_available() and not _auth_refused(address):
         return
     if mode is not None and mode.lower() != "token":
         raise ClusterError(f"--address {address}: the cluster wants an auth token, and RAY_AUTH_MODE={mode} here "
@@ -133,8 +109,9 @@ def _check_token(address: str) -> None:
 
 
 def _auth_refused(address: str) -> bool:
-    from ray._raylet import GcsClient
     from ray.exceptions import AuthenticationError
+
+    from tuning.backend import rayinternals
 
     # The refused call also logs a C++ warning to stderr; the refusal is the answer we asked for.
     sys.stderr.flush()
@@ -142,7 +119,7 @@ def _auth_refused(address: str) -> bool:
         saved = os.dup(2)
         try:
             os.dup2(devnull.fileno(), 2)
-            GcsClient(address=address)
+            rayinternals.connect_gcs(address)
         except AuthenticationError:
             return True
         except Exception:  # anything else, ray.init meets and reports
@@ -199,25 +176,19 @@ def environ(values: dict[str, str | None], keep_set: bool = False):
                 os.environ[k] = v
 
 
-@contextlib.contextmanager
 def prestarted_workers():
-    """While a search runs on the local Ray start_ray started, Tune's default trial-actor environment
+    """A block within which, on the local Ray start_ray started, Tune's default trial-actor environment
     (TUNE_WORKER_ENV, which its workers already have) is left out of the actors' runtime env, so
     Ray runs trial actors in the workers it prestarted. Variables Tune propagates from the driver
     (AWS credentials, Ray Train's) still go in, and then Ray starts workers for them as before."""
     import ray
-    from ray.tune.execution import class_cache
 
-    default = class_cache.DEFAULT_ENV_VARS
+    from tuning.backend import rayinternals
+
     ours = (_local_node["id"] is not None and ray.is_initialized()
-            and ray.get_runtime_context().get_node_id() == _local_node["id"] and default == TUNE_WORKER_ENV)
-    if ours:
-        class_cache.DEFAULT_ENV_VARS = {}
-    try:
-        yield
-    finally:
-        if ours:
-            class_cache.DEFAULT_ENV_VARS = default
+            and ray.get_runtime_context().get_node_id() == _local_node["id"]
+            and rayinternals.tune_actor_env() == TUNE_WORKER_ENV)
+    return rayinternals.without_tune_actor_env() if ours else contextlib.nullcontext()
 
 
 def worker_import_error(module: str) -> str | None:

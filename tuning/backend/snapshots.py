@@ -33,34 +33,26 @@ run was given) is replaced by ``tag_callbacks``: the same tag from the same clas
 importing the four integrations whose names it compares (wandb, mlflow, comet, aim; mlflow alone
 took 0.9 s of the driver between ``tune.run`` and the first trial, docs/performance.md).
 
-All are put back when the search ends. Ray is pinned to 2.60 (pyproject.toml); the replaced
-``save_to_dir`` does what 2.60's does, in its order. tests/test_snapshots.py checks the text is
+All are put back when the search ends. The policy is here; what touches Tune's private state (the
+controller's snapshot clock, what save_to_dir writes, putting the replacements in place) is in
+tuning/backend/rayinternals.py, written against Ray 2.60, whose ``save_to_dir`` the replaced one
+follows in its order. tests/test_snapshots.py checks the text is
 what 2.60's ``json.dump`` writes and that Tune reads the file back; the SIGKILL-and-resume tests
 (tests/test_reliability.py, slow) resume from it."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import threading
 import time
 import weakref
 from dataclasses import dataclass
-from pathlib import Path
 
-import ray.air._internal.usage as air_usage
-from ray._common.usage.usage_lib import TagKey, record_extra_usage_tag
 from ray.tune import Callback
-from ray.tune.execution.tune_controller import TuneController
 from ray.tune.logger import LoggerCallback
-from ray.tune.trainable.metadata import _TrainingRunMetadata
 from ray.tune.utils.callback import DEFAULT_CALLBACK_CLASSES
 from ray.tune.utils.serialization import TuneFunctionEncoder
 
-_lock = threading.Lock()
-_depth = 0
-_originals: dict[str, object] = {}
+from tuning.backend import rayinternals
 
 
 @dataclass
@@ -88,29 +80,22 @@ _kept: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def _checkpoint(self, force: bool = False, wait: bool = False):
     kept = _kept.setdefault(self, _Kept())
-    manager = self._checkpoint_manager
-    forced = force or manager._should_force_sync_up
-    if not (forced or self._trials_to_cache or kept.upload_owed):
+    clock = rayinternals.snapshot_clock(self)
+    forced = force or clock.forced
+    if not (forced or clock.marked or kept.upload_owed):
         return
-    if not forced and time.monotonic() < kept.next_at:  # the marked trials wait in _trials_to_cache
+    if not forced and time.monotonic() < kept.next_at:  # the marked trials wait for the next snapshot
         return
-    saved, launched = manager._last_save_time, manager._last_sync_time
     began = time.monotonic()
-    _originals["checkpoint"](self, force=force, wait=wait)
-    if manager._last_save_time != saved:  # not held back by Tune's period (comparisons keep it)
-        kept.upload_owed = manager._last_sync_time == launched
-        kept.next_at = manager._last_save_time + SHARE * (manager._last_save_time - began)
+    rayinternals.take_snapshot(self, force=force, wait=wait)
+    after = rayinternals.snapshot_clock(self)
+    if after.saved_at != clock.saved_at:  # not held back by Tune's period (comparisons keep it)
+        kept.upload_owed = after.launched_at == clock.launched_at
+        kept.next_at = after.saved_at + SHARE * (after.saved_at - began)
 
 
 def _save_to_dir(self):
-    staging = self._storage.experiment_driver_staging_path
-    os.makedirs(staging, exist_ok=True)
-    chunks = state_chunks(list(self._get_trial_checkpoints().values()), self.__getstate__(),
-                          {"start_time": self._start_time})
-    with open(Path(staging, self.experiment_state_file_name), "w") as f:
-        f.writelines(chunks)
-    self._search_alg.save_to_dir(staging, session_str=self._session_str)
-    self._callbacks.save_to_dir(staging, session_str=self._session_str)
+    rayinternals.write_snapshot(self, state_chunks)
 
 
 def state_chunks(trial_data: list, runner_data: dict, stats: dict):
@@ -134,12 +119,12 @@ def state_chunks(trial_data: list, runner_data: dict, stats: dict):
     yield "}"
 
 
-# The integrations' callbacks ray.air._internal.usage._count_callbacks counts by name (Ray 2.60).
+# The integrations' callbacks Ray's usage tag counts by name (Ray 2.60, rayinternals).
 INTEGRATION_CALLBACKS = ("WandbLoggerCallback", "MLflowLoggerCallback", "CometLoggerCallback", "AimLoggerCallback")
 
 
 def callback_counts(callbacks) -> dict[str, int]:
-    """What Ray's _count_callbacks returns, in its order, from the names alone."""
+    """What Ray's own count of a run's callbacks returns, in its order, from the names alone."""
     built_in = INTEGRATION_CALLBACKS + tuple(c.__name__ for c in DEFAULT_CALLBACK_CLASSES)
     counts: dict[str, int] = {}
     for callback in callbacks or []:
@@ -155,7 +140,7 @@ def callback_counts(callbacks) -> dict[str, int]:
 def tag_callbacks(callbacks) -> None:
     counts = callback_counts(callbacks)
     if counts:
-        record_extra_usage_tag(TagKey.AIR_CALLBACKS, json.dumps(counts))
+        rayinternals.tag_callback_counts(counts)
 
 
 # Numbers in every result that no one reads Tune's running statistics of: the trainable's own
@@ -171,31 +156,12 @@ UNANALYSED = frozenset({"rss_mb", "peak_rss_mb", "restored_from", "ended_at", "m
 
 def _update_metric(self, metric, value, step=1):
     if metric not in UNANALYSED:
-        _originals["update_metric"](self, metric, value, step)
+        rayinternals.analyse_metric(self, metric, value, step)
 
 
-@contextlib.contextmanager
 def cheaper():
-    """Within the block, every TuneController snapshots, tune.run tags callbacks and trials keep
+    """A block within which every TuneController snapshots, tune.run tags callbacks and trials keep
     statistics of their results as described above (nested blocks and concurrent searches in one
     process share one replacement)."""
-    global _depth
-    with _lock:
-        if _depth == 0:
-            _originals.update(checkpoint=TuneController.checkpoint, save_to_dir=TuneController.save_to_dir,
-                              tag_callbacks=air_usage.tag_callbacks, update_metric=_TrainingRunMetadata.update_metric)
-            TuneController.checkpoint = _checkpoint
-            _TrainingRunMetadata.update_metric = _update_metric
-            TuneController.save_to_dir = _save_to_dir
-            air_usage.tag_callbacks = tag_callbacks
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                TuneController.checkpoint = _originals["checkpoint"]
-                TuneController.save_to_dir = _originals["save_to_dir"]
-                air_usage.tag_callbacks = _originals["tag_callbacks"]
-                _TrainingRunMetadata.update_metric = _originals["update_metric"]
+    return rayinternals.snapshot_patches(checkpoint=_checkpoint, save_to_dir=_save_to_dir,
+                                         update_metric=_update_metric, tag_callbacks=tag_callbacks)

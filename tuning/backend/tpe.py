@@ -23,6 +23,7 @@ import optuna
 from ray.tune.search.optuna import OptunaSearch
 
 from tuning import objectives, peers, spaces
+from tuning.backend import rayinternals
 from tuning.backend.tpewindow import WindowedTPE
 
 
@@ -47,25 +48,21 @@ class PrunedAware(OptunaSearch):
         self.max_t = max_t
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-        if trial_id in self._completed_trials or trial_id not in self._ot_trials:
-            return super().on_trial_complete(trial_id, result, error)
+        ot_trial = rayinternals.optuna_trial(self, trial_id)
         step = (result or {}).get("training_iteration")
         value = (result or {}).get(self.metric)
-        if error or step is None or value is None or step >= self.max_t:
+        if ot_trial is None or error or step is None or value is None or step >= self.max_t:
             return super().on_trial_complete(trial_id, result, error)
-        ot_trial = self._ot_trials[trial_id]
         # Tune does not pass the result it stopped the trial on to on_trial_result (Ray calls the
         # searcher only on CONTINUE): it is the trial's last intermediate value, so report it here.
         if step not in ot_trial.storage.get_trial(ot_trial._trial_id).intermediate_values:
             ot_trial.report(value, step)
-        self._ot_study.tell(ot_trial, state=optuna.trial.TrialState.PRUNED)
-        self._completed_trials.add(trial_id)
+        rayinternals.tell_optuna(self, trial_id, optuna.trial.TrialState.PRUNED)
 
 
 def searcher(space: spaces.Space, seed: int, max_t: int, points: list[dict] | None = None) -> OptunaSearch:
     """OptunaSearch over the space, seeded, told of trials stopped below max_t as pruned; `points`:
     configurations to run first (a warm start)."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial otherwise
     return PrunedAware(space=DefineByRun(space.params), metric=space.metric, mode=space.mode, max_t=max_t,
                        sampler=WindowedTPE(seed=seed),
                        points_to_evaluate=[spaces.to_positions(space.params, p) for p in points or []] or None)
@@ -86,8 +83,8 @@ class MultiObjective(OptunaSearch):
         self.constraints = constraints
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-        if result and self.constraints and trial_id in self._ot_trials and trial_id not in self._completed_trials:
-            ot_trial = self._ot_trials[trial_id]
+        ot_trial = rayinternals.optuna_trial(self, trial_id)
+        if result and self.constraints and ot_trial is not None:
             for name, amount in objectives.amounts(result, self.constraints).items():
                 ot_trial.set_constraint(name, amount)
         return super().on_trial_complete(trial_id, result, error)
@@ -96,7 +93,6 @@ class MultiObjective(OptunaSearch):
 def multi_objective_searcher(space: spaces.Space, seed: int, points: list[dict] | None = None) -> OptunaSearch:
     """MultiObjective over the space's objectives and constraints, seeded; `points`: configurations
     to run first (a warm start)."""
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     ways = objectives.of(space)
     several = len(ways) > 1
     return MultiObjective(space=DefineByRun(space.params), metric=list(ways) if several else space.metric,

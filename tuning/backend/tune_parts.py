@@ -19,11 +19,12 @@ from typing import Callable
 import pyarrow.fs
 import ray
 from ray import tune
-from ray.tune import Callback, CLIReporter
+from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 from ray.tune.stopper import CombinedStopper, MaximumIterationStopper, Stopper
 
 from tuning import progress, results, spaces
+from tuning.backend import rayinternals
 from tuning.benchmarks import BENCHMARKS
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,7 @@ def stopper(max_t: int, budget_iterations: int | None):
 BAR_EVERY_S = 0.5  # the progress bar's updates, at most this often
 
 
-class Reporter(CLIReporter):
+class Reporter(rayinternals.Reporter):
     """Tune's CLIReporter, made safe for trials Tune has not scheduled yet, and for finished trials
     that never reported the metric.
 
@@ -112,13 +113,12 @@ class Reporter(CLIReporter):
     raises KeyError where a conditional parameter is absent (the table itself shows it empty):
     that line gets the trial as it is, with None for the parameters it does not have."""
 
-    def _current_best_trial(self, trials):
-        best, metric = super()._current_best_trial(trials)
+    def best_trial(self, best):
         config = (best.last_result or {}).get("config", {}) if best is not None else {}
-        if best is None or all(p in config for p in self._parameter_columns):
-            return best, metric
-        full = {**dict.fromkeys(self._parameter_columns), **config}
-        return SimpleNamespace(trial_id=best.trial_id, last_result={**best.last_result, "config": full}), metric
+        if best is None or all(p in config for p in self.parameters):
+            return best
+        full = {**dict.fromkeys(self.parameters), **config}
+        return SimpleNamespace(trial_id=best.trial_id, last_result={**best.last_result, "config": full})
 
     def setup_progress(self, planned: int, results_dir: Path | None, *, strategy: str = "",
                        elapsed_before_s: float = 0.0) -> None:
@@ -149,7 +149,8 @@ class Reporter(CLIReporter):
         for trial in trials:
             if trial.storage.trial_dir_name is None:
                 trial.init_local_path()
-        self._sort_by_metric = all(self._metric in (t.last_result or {}) for t in trials if t.status == "TERMINATED")
+        self.sort_finished_by_metric(all(self.metric in (t.last_result or {}) for t in trials
+                                         if t.status == "TERMINATED"))
         super().report(trials, done, *sys_info)
         if getattr(self, "_planned", None) is not None:
             self._progress(trials, done)
@@ -161,8 +162,8 @@ class Reporter(CLIReporter):
         self._at_once = max(self._at_once, sum(t.status == "RUNNING" for t in trials))
         results = [t.last_result for t in trials if (t.last_result or {}).get("training_iteration")]
         per_epoch = [r["time_total_s"] / r["training_iteration"] for r in results if r.get("time_total_s")]
-        values = [t.metric_analysis[self._metric][self._mode] for t in trials if self._metric in t.metric_analysis]
-        best = (min if self._mode == "min" else max)(values) if values else None
+        values = [t.metric_analysis[self.metric][self.mode] for t in trials if self.metric in t.metric_analysis]
+        best = (min if self.mode == "min" else max)(values) if values else None
         now = time.monotonic()
         last_at, last_done = self._last
         rate = (done_now - last_done) / (now - last_at) if last_at is not None and now > last_at else None
@@ -178,7 +179,7 @@ class Reporter(CLIReporter):
         if (self._early is None and est.left_s is not None and done_now >= 0.1 * self._planned
                 and self._at_start < 0.1 * self._planned):
             self._early = est.elapsed_s + est.left_s
-        line = est.line(self._metric, finished=done)
+        line = est.line(self.metric, finished=done)
         if done and self._early is not None:
             line += f" (estimated after the first 10 % of the run: {progress.duration(self._early)})"
         print(line, flush=True)

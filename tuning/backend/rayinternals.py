@@ -1,0 +1,257 @@
+"""Every use of Ray's private API in tuning, in one room: what a Ray upgrade could break.
+
+Each section names what it patches or reads, the Ray version it was written against (WRITTEN_FOR)
+and why it exists; tests/test_rayinternals.py has a test per target that fails when Ray changes it
+(the name is gone, its signature changed, or the behaviour the patch relies on no longer holds).
+The other modules call the functions and classes here, never Ray's private names (tests/test_layout.py
+holds that).
+
+On another Ray major.minor this module logs one warning at import instead of refusing to run:
+pyproject pins ``ray[tune]==2.60.*``, so a different Ray is somebody's deliberate choice (an
+upgrade being tried), and that person needs tuning to run far enough to see what broke; a patch
+whose target is gone raises RayChanged (one line) when it is applied, and the tests say which
+of the others changed.
+
+Imported lazily by tuning.backend's modules (it imports Ray).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import ray
+import ray.air._internal.usage as air_usage
+from ray._common.usage.usage_lib import TagKey, record_extra_usage_tag
+from ray.tune import CLIReporter
+from ray.tune.execution import class_cache
+from ray.tune.execution.tune_controller import TuneController
+from ray.tune.trainable.metadata import _TrainingRunMetadata
+
+from tuning.cli import TuningError
+
+log = logging.getLogger(__name__)
+
+WRITTEN_FOR = "2.60"  # the Ray major.minor every patch and private read below was written against
+
+
+class RayChanged(TuningError):
+    """A Ray name tuning patches or reads is gone: this Ray is not the one tuning was written for."""
+
+
+def version_problem(version: str = ray.__version__) -> str | None:
+    """One line saying this Ray is not WRITTEN_FOR and what to do; None when it is."""
+    if ".".join(version.split(".")[:2]) == WRITTEN_FOR:
+        return None
+    return (f"Ray {version} is installed, and tuning patches Ray {WRITTEN_FOR}'s internals "
+            f"(tuning/backend/rayinternals.py): install ray[tune]=={WRITTEN_FOR}.*, or run "
+            "tests/test_rayinternals.py to see which patch this Ray breaks")
+
+
+if version_problem():
+    log.warning(version_problem())
+
+
+# ---------------------------------------------------------------- patching
+
+_lock = threading.Lock()
+_active: dict[tuple[int, str], list] = {}  # (id(owner), name) -> [blocks open, Ray's original]
+
+
+def _target(owner, name: str):
+    try:
+        return getattr(owner, name)
+    except AttributeError:
+        raise RayChanged(f"Ray {ray.__version__} has no {getattr(owner, '__name__', owner)}.{name}, which tuning "
+                         f"patches (written for Ray {WRITTEN_FOR}): install ray[tune]=={WRITTEN_FOR}.*") from None
+
+
+@contextlib.contextmanager
+def patched(*replacements: tuple[object, str, object]):
+    """Within the block each (owner, name, replacement) is in place; Ray's own is put back when the
+    last block that set it ends. Nested blocks and concurrent searches in one process share one
+    replacement, the first block's."""
+    with _lock:
+        for owner, name, new in replacements:
+            slot = _active.setdefault((id(owner), name), [0, None])
+            if slot[0] == 0:
+                slot[1] = _target(owner, name)
+                setattr(owner, name, new)
+            slot[0] += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            for owner, name, _ in replacements:
+                slot = _active[(id(owner), name)]
+                slot[0] -= 1
+                if slot[0] == 0:
+                    setattr(owner, name, slot[1])
+                    del _active[(id(owner), name)]
+
+
+def original(owner, name: str):
+    """Ray's own `owner.name`, whether or not a block has replaced it."""
+    slot = _active.get((id(owner), name))
+    return slot[1] if slot else getattr(owner, name)
+
+
+# ---------------------------------------------------------------- the experiment snapshot
+# Ray 2.60. Why: tuning/backend/snapshots.py (a snapshot per step rewrote every trial, and the cost
+# of a run grew with the square of its trials). Patched: TuneController.checkpoint and save_to_dir,
+# _TrainingRunMetadata.update_metric, and air._internal.usage.tag_callbacks, which tune.run calls
+# (importing the four integrations whose names it compares cost 1.6 s of the driver per process).
+# Read: the controller's _checkpoint_manager (_should_force_sync_up, _last_save_time,
+# _last_sync_time), _trials_to_cache, and what save_to_dir writes (_get_trial_checkpoints,
+# __getstate__, _start_time, _storage, _search_alg, _callbacks, _session_str).
+
+
+@dataclass(frozen=True)
+class SnapshotClock:
+    """What a TuneController knows of its experiment snapshots."""
+
+    forced: bool  # Tune forces the next one (num_to_keep trial checkpoints since the last)
+    marked: bool  # a trial was marked to be written again since the last
+    saved_at: float  # time.monotonic() when the last was written (-inf: never)
+    launched_at: float | None  # when the last copy to storage was launched (None: never)
+
+
+def snapshot_clock(controller) -> SnapshotClock:
+    manager = controller._checkpoint_manager
+    return SnapshotClock(forced=manager._should_force_sync_up, marked=bool(controller._trials_to_cache),
+                         saved_at=manager._last_save_time, launched_at=manager._last_sync_time)
+
+
+def take_snapshot(controller, force: bool = False, wait: bool = False) -> None:
+    """Ray's own TuneController.checkpoint (its period, the copy to storage)."""
+    original(TuneController, "checkpoint")(controller, force=force, wait=wait)
+
+
+def write_snapshot(controller, chunks: Callable) -> None:
+    """What Ray 2.60's TuneController.save_to_dir does, in its order, with the state file's text
+    from chunks(trial_data, runner_data, stats) instead of json.dump of the same dict."""
+    staging = controller._storage.experiment_driver_staging_path
+    os.makedirs(staging, exist_ok=True)
+    pieces = chunks(list(controller._get_trial_checkpoints().values()), controller.__getstate__(),
+                    {"start_time": controller._start_time})
+    with open(Path(staging, controller.experiment_state_file_name), "w") as f:
+        f.writelines(pieces)
+    controller._search_alg.save_to_dir(staging, session_str=controller._session_str)
+    controller._callbacks.save_to_dir(staging, session_str=controller._session_str)
+
+
+def analyse_metric(metadata, metric: str, value, step: int = 1) -> None:
+    """Ray's own _TrainingRunMetadata.update_metric: a trial's running statistics of one key."""
+    original(_TrainingRunMetadata, "update_metric")(metadata, metric, value, step)
+
+
+def tag_callback_counts(counts: dict[str, int]) -> None:
+    """Ray's usage tag of the callbacks a run was given, as its tag_callbacks records it."""
+    record_extra_usage_tag(TagKey.AIR_CALLBACKS, json.dumps(counts))
+
+
+def snapshot_patches(*, checkpoint: Callable, save_to_dir: Callable, update_metric: Callable,
+                     tag_callbacks: Callable):
+    """A block (patched) in which TuneController.checkpoint, TuneController.save_to_dir,
+    _TrainingRunMetadata.update_metric and tune.run's tag_callbacks are these."""
+    return patched((TuneController, "checkpoint", checkpoint), (TuneController, "save_to_dir", save_to_dir),
+                   (_TrainingRunMetadata, "update_metric", update_metric),
+                   (air_usage, "tag_callbacks", tag_callbacks))
+
+
+# ---------------------------------------------------------------- trial actors' environment
+# Ray 2.60. Tune gives every trial actor runtime_env={"env_vars": class_cache.DEFAULT_ENV_VARS}
+# (PL_DISABLE_FORK=1, for PyTorch Lightning: Ray #28197), and Ray runs an actor with a runtime env
+# only in a worker started with it: 1.0 s a trial (tuning/backend/cluster.py, prestarted_workers).
+
+
+def tune_actor_env() -> dict[str, str]:
+    """The environment variables Tune gives every trial actor."""
+    return dict(class_cache.DEFAULT_ENV_VARS)
+
+
+def without_tune_actor_env():
+    """A block in which Tune gives trial actors none of its default variables (the ones it
+    propagates from the driver still go in)."""
+    return patched((class_cache, "DEFAULT_ENV_VARS", {}))
+
+
+# ---------------------------------------------------------------- joining a cluster with a token
+# Ray 2.60. ray.init picks up this machine's auth token by itself only for address="auto", and a
+# driver naming HOST:PORT was refused after 20 s of retries (tuning/backend/cluster.py, _check_token).
+
+
+def enable_token_auth_if_available() -> bool:
+    """Turn Ray's token mode on in this process where a token is found (RAY_AUTH_TOKEN[_PATH],
+    ~/.ray/auth_token), as ray.init does for address="auto"; whether it was."""
+    from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
+
+    return bool(maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
+
+
+def connect_gcs(address: str) -> None:
+    """One connection to the GCS at `address`: AuthenticationError where it refuses this
+    process's token (milliseconds, where ray.init retries for 20 s)."""
+    from ray._raylet import GcsClient
+
+    GcsClient(address=address)
+
+
+# ---------------------------------------------------------------- the progress table
+# Ray 2.60's CLIReporter keeps its settings in private attributes and finds the best trial in
+# _current_best_trial, whose line raised KeyError for a conditional parameter a trial lacks
+# (tuning/backend/tune_parts.py, Reporter).
+
+
+class Reporter(CLIReporter):
+    """CLIReporter with the private parts tuning's reporter uses under public names."""
+
+    def _current_best_trial(self, trials):
+        best, metric = super()._current_best_trial(trials)
+        return self.best_trial(best), metric
+
+    def best_trial(self, best):
+        """The best trial as the "Current best trial" line shows it (None: no best yet)."""
+        return best
+
+    @property
+    def metric(self) -> str | None:
+        return self._metric
+
+    @property
+    def mode(self) -> str | None:
+        return self._mode
+
+    @property
+    def parameters(self) -> list[str]:
+        return list(self._parameter_columns)
+
+    def sort_finished_by_metric(self, on: bool) -> None:
+        """Whether the table sorts finished trials by the metric (until changed again)."""
+        self._sort_by_metric = on
+
+
+# ---------------------------------------------------------------- Ray's OptunaSearch
+# Ray 2.60's OptunaSearch keeps the Optuna trial of each Tune trial in _ot_trials, the ones it has
+# told Optuna the end of in _completed_trials, and the study in _ot_study; tuning/backend/tpe.py tells
+# Optuna itself how some trials ended (pruned; constraints).
+
+
+def optuna_trial(search, trial_id: str):
+    """The Optuna trial `search` (an OptunaSearch) holds for `trial_id`, while Optuna has not been
+    told its end; None otherwise."""
+    if trial_id in search._completed_trials:
+        return None
+    return search._ot_trials.get(trial_id)
+
+
+def tell_optuna(search, trial_id: str, state) -> None:
+    """Tell Optuna that `trial_id` ended in `state` (an optuna TrialState), and `search` that it was told."""
+    search._ot_study.tell(search._ot_trials[trial_id], state=state)
+    search._completed_trials.add(trial_id)
