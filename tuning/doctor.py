@@ -250,9 +250,7 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     logging.getLogger("tuning.data").setLevel(logging.ERROR)  # "generating synthetic data" for the live check
-    from tuning import backend
-
-    backend.quiet_ray_logging()
+    cli.quiet_libraries()
     lines = checks(args.address, Path(args.data_dir).absolute(), Path(args.results_dir).absolute(),
                    live=not args.no_live)
     if args.json:

@@ -185,6 +185,7 @@ class _Stdout(logging.StreamHandler):
 
 def _main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
+    cli.quiet_libraries()  # Ray's and Optuna's noise: this command's output, which tuning.search leaves alone
     if args.resume:
         if args.objective or args.constraint:
             raise UsageError("--objective and --constraint start a new run: a resumed run keeps the objectives it "

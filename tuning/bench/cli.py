@@ -276,6 +276,7 @@ def main(argv: list[str] | None = None) -> int:
     except cli.UsageError as exc:
         print(f"tuning.bench: error: {exc}", file=sys.stderr)
         return 2
+    cli.quiet_libraries()
     if args.no_shared_data:  # before Ray starts: its trial processes inherit the environment
         os.environ[data.SHARED_ENV] = "0"
     if args.no_fork_server:
