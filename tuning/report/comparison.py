@@ -280,6 +280,10 @@ def write_report(out_dir: Path) -> dict:
     experiment.json and provenance.json. Returns the paths and the numeric tables."""
     out_dir = Path(out_dir)
     runs, exp, prov = load(out_dir)
+    if exp.get("objectives"):  # several objectives, or constraints: hypervolume, not regret
+        from tuning.report import mocompare
+
+        return mocompare.write_report(out_dir, runs, exp, prov)
     summary = summarize(runs, exp)
     ylabel = "regret" if exp.get("regret") else exp.get("metric", "loss")
     figures = {"anytime": plot_anytime(runs, exp, summary["strategies"], summary["sign"], ylabel,

@@ -11,6 +11,10 @@ summary.csv across them, as the YAHPO Gym paper (Pfisterer et al., AutoML-Conf 2
 - where a reference peer ran (optuna_tpe: Optuna's TPE, every trial trained to the end), each
   row's worst ratio of its mean regret to that peer's over the tasks: "never far behind the
   obvious alternative" as a number.
+
+Over several objectives (tuning/report/mocompare.py) each run's final is its hypervolume regret
+where every task's true front is known (the peer: optuna_motpe), else its hypervolume, negated so
+that lower is better as above; the table then shows the hypervolume itself, and no ratio.
 """
 
 from __future__ import annotations
@@ -28,6 +32,15 @@ from tuning.report.render import number, render_markdown
 log = logging.getLogger(__name__)
 
 PEER = "optuna_tpe"  # the alternative every row is held against (tuning/peers.py)
+MO_PEER = "optuna_motpe"  # the same, over several objectives
+
+
+def _kind(folders: dict[str, Path]) -> str:
+    """What the finals are: "regret", "hypervolume regret", or "hypervolume" (negated in finals.csv)."""
+    exps = [json.loads((f / "experiment.json").read_text()) for f in folders.values()]
+    if not any(e.get("objectives") for e in exps):
+        return "regret"
+    return "hypervolume regret" if all(e.get("true_hypervolume") is not None for e in exps) else "hypervolume"
 
 
 def finals(folders: dict[str, Path]) -> pd.DataFrame:
@@ -39,7 +52,7 @@ def finals(folders: dict[str, Path]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def summarize(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def summarize(runs: pd.DataFrame, peer: str | None = PEER) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per task x strategy: mean, std, n of the final regret and the normalized regret; per
     strategy over tasks: mean normalized regret, mean rank, worst ratio to PEER)."""
     lo = runs.groupby("task")["final"].transform("min")
@@ -51,24 +64,28 @@ def summarize(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     per_task["rank"] = per_task.groupby("task")["mean"].rank(method="average")
     overall = per_task.groupby("strategy").agg(normalized=("normalized", "mean"), rank=("rank", "mean"),
                                                tasks=("task", "nunique")).reset_index()
-    if PEER in set(per_task["strategy"]):
-        peer = per_task[per_task["strategy"] == PEER].set_index("task")["mean"]
-        ratio = per_task.assign(ratio=per_task["mean"] / per_task["task"].map(peer).clip(lower=1e-12))
+    if peer in set(per_task["strategy"]):
+        held = per_task[per_task["strategy"] == peer].set_index("task")["mean"]
+        ratio = per_task.assign(ratio=per_task["mean"] / per_task["task"].map(held).clip(lower=1e-12))
         worst = ratio.groupby("strategy")["ratio"].max()
         overall["worst_ratio_to_peer"] = overall["strategy"].map(worst)
     return per_task, overall.sort_values("normalized").reset_index(drop=True)
 
 
 def write_summary(out: Path, folders: dict[str, Path], *, description: str = "", command: str = "") -> dict:
-    per_task, overall = summarize(finals(folders))
+    kind = _kind(folders)
+    peer = {"regret": PEER, "hypervolume regret": MO_PEER}.get(kind)  # no ratio of hypervolumes negated
+    per_task, overall = summarize(finals(folders), peer)
     results.write_text(out / "summary.csv", per_task.to_csv(index=False))
     tasks = list(folders)
     wide = per_task.pivot(index="strategy", columns="task", values="mean")[tasks]
+    if kind == "hypervolume":
+        wide = -wide  # finals.csv holds it negated, lower better
     order = list(overall["strategy"])
-    header = ["strategy", *tasks, "mean normalized regret", "mean rank"]
+    header = ["strategy", *tasks, f"mean normalized {kind}", "mean rank"]
     has_peer = "worst_ratio_to_peer" in overall
     if has_peer:
-        header.append(f"worst ratio to {PEER}")
+        header.append(f"worst ratio to {peer}")
     rows = []
     for _, o in overall.iterrows():
         s = o["strategy"]
@@ -81,13 +98,13 @@ def write_summary(out: Path, folders: dict[str, Path], *, description: str = "",
     blocks = [
         ("h1", f"Summary over {len(tasks)} tasks"),
         ("p", description),
-        ("p", f"Mean final regret per task over {seeds} seeds (each task's own report: "
-              f"{', '.join(f'{t}/report.md' for t in tasks)}). Normalized regret: each run's final regret "
+        ("p", f"Mean final {kind} per task over {seeds} seeds (each task's own report: "
+              f"{', '.join(f'{t}/report.md' for t in tasks)}). Normalized {kind}: each run's final {kind} "
               "scaled on its task by the best and worst final of any run there (0 best, 1 worst), averaged "
-              "over seeds, then tasks. Rank: on each task by mean final regret, averaged over tasks."
-              + (f" Worst ratio: the largest, over tasks, of a row's mean regret over {PEER}'s." if has_peer else "")),
+              f"over seeds, then tasks. Rank: on each task by mean final {kind}, averaged over tasks."
+              + (f" Worst ratio: the largest, over tasks, of a row's mean {kind} over {peer}'s." if has_peer else "")),
         ("table", pd.DataFrame(rows, columns=header)),
-        ("p", f"Best mean normalized regret: {order[0]}; best mean rank: "
+        ("p", f"Best mean normalized {kind}: {order[0]}; best mean rank: "
               f"{overall.sort_values('rank')['strategy'].iloc[0]}."),
     ]
     if command:
