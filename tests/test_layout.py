@@ -124,3 +124,59 @@ def test_the_readme_is_a_front_door_not_a_lab_book():
                                                                        for s in spaces.STRATEGIES)
     floor = re.search(r'requires-python = ">=(3\.\d+)"', (ROOT / "pyproject.toml").read_text())[1]
     assert f"Python {floor} or newer" in text
+
+
+# Ray's private API is used in one module, tuning/backend/rayinternals.py, written against one Ray
+# version: an upgrade breaks nothing outside it (issue 42).
+RAY_ROOM = "tuning/backend/rayinternals.py"
+# Not moved yet, each named so the list can only shrink (a file here that no longer uses Ray's
+# private API fails the test until it is taken off): strategies, hyperband, bohb and adaptive
+# subclass Tune's schedulers and searchers on their private state and hooks, and were being changed
+# (multi-objective promotion, mo.py) while the rest moved; bench/scale imports BOHB's private job wrapper.
+NOT_YET_MOVED = {"tuning/backend/strategies.py", "tuning/backend/hyperband.py", "tuning/backend/bohb.py",
+                 "tuning/backend/adaptive.py", "tuning/backend/mo.py", "tuning/bench/scale.py"}
+# Ray's private modules, by their path: ray._private, ray._raylet, ray._common, ray.*._internal, and
+# ray.tune.execution (Tune's controller and actor cache, no public API).
+PRIVATE_PATH = re.compile(r"\bray\._|\._private\b|\b_raylet\b|\._internal\b|\bray\.tune\.execution\b")
+# Private attributes and methods of Ray's objects, read, written or overridden: those moved into the
+# room (TuneController's and its snapshot manager's, _TrainingRunMetadata's, CLIReporter's,
+# OptunaSearch's, Tune's actor class cache's), then those NOT_YET_MOVED use (Tune's variant
+# generator's and SearchGenerator's, its Hyperband, ASHA and median schedulers' and brackets', TuneBOHB's).
+RAY_PRIVATE_NAMES = {
+    "_checkpoint_manager", "_trials_to_cache", "_should_force_sync_up", "_last_save_time", "_last_sync_time",
+    "_get_trial_checkpoints", "_start_time", "_search_alg", "_session_str", "_TrainingRunMetadata",
+    "DEFAULT_ENV_VARS", "_current_best_trial", "_parameter_columns", "_sort_by_metric", "_metric", "_mode",
+    "_ot_trials", "_ot_study", "_completed_trials",
+    "_TrialIterator", "_iterators", "_trial_generator", "_total_samples", "_uuid_prefix", "_random_state",
+    "_Bracket", "_create_bracket", "_get_n0", "_get_r0", "_s_max_1", "_trial_info", "_hyperbands",
+    "_process_bracket", "_live_trials", "_all_trials", "_cumul_r", "_rungs", "_brackets", "_metric_op",
+    "_time_attr", "_max_t_attr", "_on_insufficient_samples", "_unpause_trial", "_stop_last_trials",
+    "_BOHBJobWrapper", "_setup_bohb", "_bohb_config",
+}
+
+
+def _private_ray_uses(path: Path) -> list[str]:
+    """Where the code of `path` (its docstrings and comments left out) names Ray's private API."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):  # a docstring may say what Ray does; only code counts
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) \
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            body[0] = ast.Pass()
+    found = [m[0] for m in PRIVATE_PATH.finditer(ast.unparse(tree))]
+    methods = {f for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body if isinstance(f, ast.FunctionDef)}
+    for node in ast.walk(tree):  # read or written, imported, or overridden in a subclass
+        name = (node.attr if isinstance(node, ast.Attribute) else node.name if isinstance(node, ast.alias)
+                else node.name if node in methods else None)
+        if name in RAY_PRIVATE_NAMES:
+            found.append(name)
+    return found
+
+
+def test_rays_private_api_is_used_in_one_module_only():
+    uses = {str(p.relative_to(ROOT)): _private_ray_uses(p) for p in sorted(PACKAGE.rglob("*.py"))}
+    outside = {f: u for f, u in uses.items() if u and f != RAY_ROOM and f not in NOT_YET_MOVED}
+    assert not outside, f"Ray's private API outside {RAY_ROOM}: {outside}"
+    stale = sorted(f for f in NOT_YET_MOVED if f in uses and not uses[f])
+    assert not stale, f"{stale} no longer use Ray's private API: take them off NOT_YET_MOVED"
+    assert uses[RAY_ROOM]  # the check sees what it looks for
