@@ -419,6 +419,7 @@ def main(argv: list[str] | None = None) -> int:
     with cli.sigterm_stops_like_ctrl_c():
         try:
             args = p.parse_args(argv)
+            cli.quiet_libraries()  # Ray's and Optuna's noise: this command's output
             if (args.experiment is None) == (args.replay is None):
                 raise UsageError("give an experiment (e.g. experiments/counting_ones) or --replay RESULTS_DIR, "
                                  "one of the two")
