@@ -27,7 +27,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from tuning import record as records
-from tuning import results
+from tuning import results, tracking_front
 from tuning.cli import UsageError
 
 log = logging.getLogger(__name__)
@@ -274,6 +274,8 @@ class Tracker:
 
     def __init__(self, target: Target, record, results_dir: Path, params: list[str]):
         self.target, self.record, self.dir, self.params = target, record, Path(results_dir), params
+        # Logged as metrics even where a name is a diagnostic's (a bound on peak_rss_mb, say).
+        self.ranked = set(tracking_front.required(record))
         self.experiment_id = self.parent = self.worker = None
         self.known: dict[str, _Child] | None = None  # None: ask the server before the next log
         self.statuses, self.rows, self.offset, self.final_ok = {}, {}, 0, False
@@ -394,7 +396,7 @@ class Tracker:
                 epochs.setdefault(int(r["training_iteration"]), r)
         metrics = [Metric(k, float(v), round(1000 * (r.get("ended_at") or r.get("timestamp", time.time()))), step)
                    for step, r in sorted(epochs.items()) for k, v in r.items()
-                   if results.is_number(v) and results.is_metric(k)]
+                   if results.is_number(v) and (results.is_metric(k) or k in self.ranked)]
         tags = {"status": status} if status else {}
         if row is not None:  # the trials table's verdict, at the end of the segment
             tags.update({"stopped_early": str(bool(row.get("stopped_early"))).lower(),
@@ -432,6 +434,7 @@ class Tracker:
         # Step: the segment (0, then 1 after a resume, ...), so a resumed search keeps each one's result.
         self.worker.log(self.parent, tags=tags,
                         metrics=[Metric(k, float(v), now, max(rec.resumes, 0)) for k, v in metrics.items()])
+        tracking_front.log(self.worker, self.parent, self.known, trials, rec, self.dir, max(rec.resumes, 0), now)
         for name in ("best_config.json", "trials.csv", "report.html"):
             if (self.dir / name).is_file():
                 self.worker.client.log_artifact(self.parent, str(self.dir / name))

@@ -4,7 +4,10 @@ parameters that only some trials set. Optuna and scikit-learn are imported only 
 
 from __future__ import annotations
 
+import logging
 import math
+import uuid
+from contextlib import contextmanager
 from importlib import metadata
 
 import pandas as pd
@@ -53,14 +56,36 @@ def _fanova(rows: pd.DataFrame, decls: dict, names: list[str], *, metric: str, m
     """Optuna's fANOVA importances of `names` over `rows`, every one of which sets them all."""
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # "A new study created in memory", per report
     dists = {k: _distribution(decls[k]) for k in names}
-    study = optuna.create_study(direction="minimize" if mode == "min" else "maximize")
+    name = f"tuning-report-{uuid.uuid4().hex}"
+    with _unannounced(name):
+        study = optuna.create_study(study_name=name, direction="minimize" if mode == "min" else "maximize")
     study.add_trials([optuna.trial.create_trial(params={k: _value(r[k], decls[k]) for k in names},
                                                 distributions=dists, value=float(r[metric]))
                       for _, r in rows.iterrows()])
     return optuna.importance.get_param_importances(
         study, params=names, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed))
+
+
+# Where Optuna logs "A new study created in memory with name: ..." (optuna/storages/_in_memory.py).
+_STUDY_LOGGER = "optuna.storages._in_memory"
+
+
+@contextmanager
+def _unannounced(study: str):
+    """Optuna says at INFO that each in-memory study was created: a line on stderr per report, every
+    30 s of a live run. A filter on that logger, only while our study is created, drops that one
+    record, the one naming our study: Optuna's verbosity and handler are the user's to set, and a
+    lower level for the time being would also drop what another thread (the driver's TPE searcher)
+    logs there meanwhile."""
+    own = logging.Filter()
+    own.filter = lambda record: study not in record.getMessage()
+    log = logging.getLogger(_STUDY_LOGGER)
+    log.addFilter(own)
+    try:
+        yield
+    finally:
+        log.removeFilter(own)
 
 
 def importance(trials: pd.DataFrame, decls: dict, *, metric: str, mode: str, max_epochs: int,

@@ -22,8 +22,9 @@ from pathlib import Path
 import pandas as pd
 
 from tuning import record as records
-from tuning import fidelity, progress, results, spaces
-from tuning.report import fanova, runplots
+from tuning import fidelity, objectives, progress, results, spaces
+from tuning.report import fanova, front, runplots
+from tuning.report import hypervolume as hv
 from tuning.report.analysis import ReportError
 from tuning.record import RunRecord
 from tuning.report.render import flatten, joined, number, render_html, render_markdown
@@ -111,6 +112,9 @@ def _trials_block(trials: pd.DataFrame, params: list[str], metric: str) -> pd.Da
     out = trials[["trial_id", *params, *cols, "epochs"]].copy()
     out["outcome"] = trials.apply(_outcome, axis=1)
     out["wall time (s)"] = trials.get("wall_time_s")
+    for c in (objectives.FEASIBLE, objectives.RANK):  # a run of several objectives or constraints
+        if c in trials:
+            out[c] = trials[c]
     return out.apply(lambda c: c.map(_cell))
 
 
@@ -204,15 +208,21 @@ def _header(plan: RunRecord, trials: pd.DataFrame, live: bool, line: str | None 
     return b
 
 
-def _blocks(trials, epochs, plan, decls, figures, imp, live: bool, line: str | None = None) -> list[tuple]:
+def _blocks(trials, epochs, plan, decls, figures, imps: dict, live: bool, line: str | None = None,
+            g: hv.Goals | None = None, mo: front.Measured | None = None) -> list[tuple]:
     params, metric, mode = list(decls), plan.metric, plan.mode
     label = _label(plan, metric)
     best, note = (plan.best, plan.best_note) if plan.status == "finished" else (None, "")
     if best is None and len(trials):
-        best, note = results.incumbent(trials, metric, mode, plan.max_epochs)
+        best, note = (objectives.incumbent(trials, g, plan.max_epochs) if g else
+                      results.incumbent(trials, metric, mode, plan.max_epochs))
+    if mo and best is not None and not note:
+        note = (f"with several objectives there is no single best: this is the member of the Pareto front best on "
+                f"{metric}, the first objective, the others breaking a tie (docs/multi-objective.md)")
     b = _header(plan, trials, live, line)
     cifar = (plan.data or {}).get("kind") in ("cifar10", "synthetic")
     b += [("h2", "Best configuration"), *_best_block(best, decls, results.metric_columns(trials, params), note, cifar)]
+    b += front.sections(trials, mo, decls, figures) if mo else []
     b += [("h2", "Learning curves")]
     b += [("img", figures["curves"], "learning curves of every trial"),
           ("p", f"One line per trial (at most {runplots.MAX_CURVES}: past that, the best quarter of them and a "
@@ -233,10 +243,12 @@ def _blocks(trials, epochs, plan, decls, figures, imp, live: bool, line: str | N
         b += [("h2", "Parallel coordinates"), ("img", figures["parallel"], "parallel coordinates")]
         note = _absent_note(trials, decls, metric, "parallel")
         b += [("p", note.strip())] if note else []
-    table, note = imp
-    b += [("h2", "Hyperparameter importance"), ("p", note)]
-    if table is not None:
-        b.append(("table", table))
+    if mo:
+        b += front.importance_blocks(imps)
+    else:
+        table, note = imps[metric]
+        b += [("h2", "Hyperparameter importance"), ("p", note)]
+        b += [("table", table)] if table is not None else []
     b += [("h2", "Trials"), ("table", _trials_block(trials, params, metric)) if len(trials) else
           ("p", "No trials yet.")]
     b += [("h2", "Provenance"), ("table", _provenance(plan))]
@@ -260,7 +272,7 @@ def _started(plan: RunRecord) -> float | None:
         return None
 
 
-def _figures(run_dir: Path, trials, epochs, plan, decls) -> dict:
+def _figures(run_dir: Path, trials, epochs, plan, decls, mo: front.Measured | None = None) -> dict:
     metric, mode = plan.metric, plan.mode
     label = _label(plan, metric)
     figs = {"curves": runplots.learning_curves(trials, epochs, metric=metric, mode=mode, label=label),
@@ -269,10 +281,12 @@ def _figures(run_dir: Path, trials, epochs, plan, decls) -> dict:
             "params": runplots.params_vs_metric(trials, decls, metric=metric, label=label)}
     if len(decls) > 2:
         figs["parallel"] = runplots.parallel_coordinates(trials, decls, metric=metric, mode=mode, label=label)
+    if mo:
+        figs.update(front.figures(trials, mo, plan.max_epochs))
     out = {}
     for key, fig in figs.items():
         if fig is not None:
-            out[key] = run_dir / FIGURES[key]
+            out[key] = run_dir / {**FIGURES, **front.FIGURES}[key]  # front's: several objectives only
             results.write_bytes(out[key], runplots.png(fig))
     return out
 
@@ -280,18 +294,27 @@ def _figures(run_dir: Path, trials, epochs, plan, decls) -> dict:
 def write_report(run_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame, plan: RunRecord, *,
                  live: bool = False) -> dict:
     """Write report.md, report.html and the figures into run_dir; a live page reloads itself and
-    says so. Returns the paths and the importances."""
+    says so. Returns the paths and the importances (with several objectives, the hypervolume too)."""
     decls, metric, mode = searched(plan)
     run_dir, plan = Path(run_dir), dataclasses.replace(plan, metric=metric, mode=mode)  # what the parts below read
-    figures = _figures(run_dir, trials, epochs, plan, decls)
-    imp = fanova.importance(trials, decls, metric=metric, mode=mode, max_epochs=plan.max_epochs,
-                     seed=plan.seed or 0, epochs=epochs)
-    blocks = _blocks(trials, epochs, plan, decls, figures, imp, live, progress.read_line(run_dir))
+    g, mo = hv.goals(plan.declaration or {}, metric, mode), None
+    if g is not None:  # ranked as tuning.objectives ranks them: the live report's tables are not yet
+        trials = objectives.annotate(trials, g, plan.max_epochs)
+        if g.several:
+            mo = front.measure(trials, epochs, g, (plan.declaration or {}).get("reference"),
+                               max_epochs=plan.max_epochs, started=_started(plan))
+    figures = _figures(run_dir, trials, epochs, plan, decls, mo)
+    kw = dict(max_epochs=plan.max_epochs, seed=plan.seed or 0, epochs=epochs)
+    imps = (front.importances(trials, g, decls, **kw) if mo else
+            {metric: fanova.importance(trials, decls, metric=metric, mode=mode, **kw)})
+    blocks = _blocks(trials, epochs, plan, decls, figures, imps, live, progress.read_line(run_dir), g, mo)
     md, page = run_dir / "report.md", run_dir / "report.html"
     results.write_text(md, render_markdown(blocks))
     head = _live_head(run_dir, time.time()) if live else ""
     results.write_text(page, render_html(blocks, blocks[0][1], in_head=head))
-    return {"markdown": md, "html": page, "figures": figures, "importance": imp[0], "importance_note": imp[1]}
+    imp = imps[metric]
+    return {"markdown": md, "html": page, "figures": figures, "importance": imp[0], "importance_note": imp[1],
+            **({"importances": imps, "reference": mo.reference, "hypervolume": mo.curve} if mo else {})}
 
 
 def _live_head(run_dir: Path, written: float) -> str:
