@@ -119,6 +119,17 @@ def test_tune_run_tags_callbacks_through_the_module_attribute_the_patch_replaces
     assert air_usage.tag_callbacks is rayinternals.original(air_usage, "tag_callbacks")
 
 
+def test_experiment_analysis_reads_the_trials_result_files_through_the_method_replaced():
+    from ray.tune import ExperimentAnalysis
+
+    assert _params(ExperimentAnalysis._fetch_trial_dataframes) == [("self", inspect.Parameter.empty)]
+    assert "self._fetch_trial_dataframes()" in inspect.getsource(ExperimentAnalysis.__init__)
+    with snapshots.cheaper():
+        assert ExperimentAnalysis._fetch_trial_dataframes is snapshots._no_dataframes
+    assert ExperimentAnalysis._fetch_trial_dataframes is rayinternals.original(ExperimentAnalysis,
+                                                                                "_fetch_trial_dataframes")
+
+
 def test_class_cache_default_env_vars_go_into_every_trial_actor_unless_left_out():
     from ray.tune.execution import class_cache
 

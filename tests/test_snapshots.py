@@ -2,6 +2,7 @@
 tune.run: a snapshot on every step where a trial changed, none on the idle steps between, and a
 file Tune reads back. And tune.run's usage tag for callbacks, without importing integrations."""
 
+import logging
 import subprocess
 import sys
 import time
@@ -50,12 +51,21 @@ def test_every_step_that_marked_a_trial_reaches_a_snapshot_and_idle_ones_are_ski
     monkeypatch.setattr(snapshots, "_save_to_dir", counted)
     steps = _Steps()
     original = TuneController.checkpoint
-    with snapshots.cheaper():
-        # One trial at a time (2 CPUs each): between two results only idle steps.
-        tune.run(_sleepy, name="snap", config={"x": tune.uniform(0, 1)}, num_samples=2,
-                 resources_per_trial={"cpu": 2}, storage_path=str(tmp_path), callbacks=[steps], verbose=0,
-                 reuse_actors=True)
+    logged = []
+    heard = logging.Handler()
+    heard.emit = lambda record: logged.append(record.getMessage())
+    logging.getLogger("ray").addHandler(heard)  # Ray's logger: its records do not propagate further
+    try:
+        with snapshots.cheaper():
+            # One trial at a time (2 CPUs each): between two results only idle steps.
+            tune.run(_sleepy, name="snap", config={"x": tune.uniform(0, 1)}, num_samples=2,
+                     resources_per_trial={"cpu": 2}, storage_path=str(tmp_path), callbacks=[steps], verbose=0,
+                     reuse_actors=True)
+    finally:
+        logging.getLogger("ray").removeHandler(heard)
     assert TuneController.checkpoint is original  # put back after the search
+    # Tune's result files are off (every_step): its analysis no longer tries them and warns per trial.
+    assert not [m for m in logged if "metrics for" in m], logged
 
     # Each marked step's trials reach a snapshot, then or at a later step: the next one is held back
     # until the driver has done snapshots.SHARE times the last one's work (milliseconds here).

@@ -29,7 +29,7 @@ from typing import Callable
 import ray
 import ray.air._internal.usage as air_usage
 from ray._common.usage.usage_lib import TagKey, record_extra_usage_tag
-from ray.tune import CLIReporter
+from ray.tune import CLIReporter, ExperimentAnalysis
 from ray.tune.execution import class_cache
 from ray.tune.execution.tune_controller import TuneController
 from ray.tune.trainable.metadata import _TrainingRunMetadata
@@ -105,8 +105,10 @@ def original(owner, name: str):
 # ---------------------------------------------------------------- the experiment snapshot
 # Ray 2.60. Why: tuning/backend/snapshots.py (a snapshot per step rewrote every trial, and the cost
 # of a run grew with the square of its trials). Patched: TuneController.checkpoint and save_to_dir,
-# _TrainingRunMetadata.update_metric, and air._internal.usage.tag_callbacks, which tune.run calls
-# (importing the four integrations whose names it compares cost 1.6 s of the driver per process).
+# _TrainingRunMetadata.update_metric, air._internal.usage.tag_callbacks, which tune.run calls
+# (importing the four integrations whose names it compares cost 1.6 s of the driver per process),
+# and ExperimentAnalysis._fetch_trial_dataframes, which tune.run's returned analysis calls to read
+# every trial's result files back (tuning never reads them).
 # Read: the controller's _checkpoint_manager (_should_force_sync_up, _last_save_time,
 # _last_sync_time), _trials_to_cache, and what save_to_dir writes (_get_trial_checkpoints,
 # __getstate__, _start_time, _storage, _search_alg, _callbacks, _session_str).
@@ -157,12 +159,14 @@ def tag_callback_counts(counts: dict[str, int]) -> None:
 
 
 def snapshot_patches(*, checkpoint: Callable, save_to_dir: Callable, update_metric: Callable,
-                     tag_callbacks: Callable):
+                     tag_callbacks: Callable, trial_dataframes: Callable):
     """A block (patched) in which TuneController.checkpoint, TuneController.save_to_dir,
-    _TrainingRunMetadata.update_metric and tune.run's tag_callbacks are these."""
+    _TrainingRunMetadata.update_metric, tune.run's tag_callbacks and the ExperimentAnalysis's
+    reading of the trials' result files are these."""
     return patched((TuneController, "checkpoint", checkpoint), (TuneController, "save_to_dir", save_to_dir),
                    (_TrainingRunMetadata, "update_metric", update_metric),
-                   (air_usage, "tag_callbacks", tag_callbacks))
+                   (air_usage, "tag_callbacks", tag_callbacks),
+                   (ExperimentAnalysis, "_fetch_trial_dataframes", trial_dataframes))
 
 
 # ---------------------------------------------------------------- trial actors' environment
