@@ -352,7 +352,10 @@ class Space:
         return 1e6 if self.mode == "min" else -1e6
 
 
-CIFAR_METRICS = {"loss", "accuracy", "train_loss"}
+# What the CIFAR trainer reports every epoch, on any device (tuning.trainer.train_cifar; the CUDA
+# memory figures only on a GPU, so a bound on them is left to a trainer of your own).
+CIFAR_METRICS = {"loss", "accuracy", "train_loss", "latency_ms", "num_params", "train_time_s", "eval_time_s",
+                 "images_per_s", "rss_mb", "peak_rss_mb"}
 
 
 def trainer_name(trainer) -> str:

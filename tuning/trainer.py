@@ -17,6 +17,7 @@ import contextlib
 import copy
 import logging
 import math
+import statistics
 import time
 from typing import Callable
 
@@ -38,6 +39,10 @@ log = logging.getLogger(__name__)
 BN_MOMENTUM = 0.4
 EVAL_BATCH = 256  # larger batches ran slower on CPU here (cache); a GPU does not care much
 PAD = 2  # augmentation: random translation by up to 2 pixels, as airbench
+# Inference latency (latency_ms): a serving-sized batch of validation images, timed after warm-up
+# passes (allocator, cuDNN's algorithm search, CPU caches); the median of the timed repeats, so one
+# pass slowed by a neighbour on a shared machine does not move it.
+LATENCY_BATCH, LATENCY_WARMUP, LATENCY_REPEATS = 32, 2, 5
 
 
 def autocast_dtype(precision: str, device: torch.device | str) -> torch.dtype | None:
@@ -105,8 +110,11 @@ class SyncBatchNorm2d(nn.BatchNorm2d):
         return (x * scale.view(1, c, 1, 1) + (self.bias - mean * scale).view(1, c, 1, 1)).to(x.dtype)
 
 
-def make_model(width: int = 16, num_classes: int = 10) -> nn.Module:
-    """A small VGG-style net (airbench's layout, narrower): fast enough to tune on CPUs."""
+def make_model(width: int = 16, num_classes: int = 10, depth: int = 1) -> nn.Module:
+    """A small VGG-style net (airbench's layout, narrower): fast enough to tune on CPUs. `depth`:
+    the 3x3 convolutions after each block's pooling (1, airbench's, adds none to its layout)."""
+    if depth < 1:
+        raise ValueError(f"depth {depth}: a block needs at least one convolution after its pooling")
 
     def bn(c: int) -> nn.Module:
         return SyncBatchNorm2d(c, momentum=BN_MOMENTUM)
@@ -117,8 +125,9 @@ def make_model(width: int = 16, num_classes: int = 10) -> nn.Module:
     def block(cin: int, cout: int) -> nn.Sequential:
         # Pool straight after the first conv, as airbench does: the second conv runs at a
         # quarter of the pixels, which halves the compute for little accuracy.
+        extra = [layer for _ in range(depth) for layer in conv_bn(cout, cout)]
         return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.MaxPool2d(2),
-                             bn(cout), nn.GELU(), *conv_bn(cout, cout))
+                             bn(cout), nn.GELU(), *extra)
 
     w = width
     return nn.Sequential(
@@ -190,11 +199,34 @@ def evaluate(model: nn.Module, split: Split, device: torch.device | str, rank: i
     return {"loss": total_loss / len(split), "accuracy": correct / len(split)}
 
 
+@torch.no_grad()
+def latency_ms(model: nn.Module, x: torch.Tensor, device: torch.device | str, precision: str = "auto") -> float:
+    """Inference time per image (ms) of one forward pass of the batch `x`, in eval mode, without
+    gradients, under the autocast evaluation uses: the median of LATENCY_REPEATS timed passes after
+    LATENCY_WARMUP untimed ones. On CUDA the clock is read only after the device has finished."""
+    dtype = autocast_dtype(precision, device)
+    cuda = torch.device(device).type == "cuda"
+    model.eval()
+    x = _to_device(x, device)
+    times = []
+    for i in range(LATENCY_WARMUP + LATENCY_REPEATS):
+        if cuda:
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        with autocast(dtype, device):
+            model(x)
+        if cuda:
+            torch.cuda.synchronize(device)
+        if i >= LATENCY_WARMUP:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1000 / len(x)
+
+
 EpochCallback = Callable[[dict, dict], None]
 
 
 def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: Split,
-                weight_decay: float = 5e-4, width: int = 16, seed: int = 0, optimizer: str = "adamw",
+                weight_decay: float = 5e-4, width: int = 16, depth: int = 1, seed: int = 0, optimizer: str = "adamw",
                 momentum: float = 0.9, nesterov: bool = True, label_smoothing: float = 0.0,
                 augment: bool = True, device: str | torch.device = "cpu", state: dict | None = None,
                 on_epoch: EpochCallback | None = None, rank: int = 0, world_size: int = 1,
@@ -210,13 +242,17 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
     training loss only: validation stays plain cross-entropy, so runs that smooth differently
     report comparable losses. `augment=False` trains on the images as they are (no flip, no
     translation). `max_steps` caps the optimizer steps per epoch (memory and speed probes that need
-    the whole split loaded but not a whole epoch trained); None trains every full batch."""
+    the whole split loaded but not a whole epoch trained); None trains every full batch.
+
+    Every epoch's metrics hold the model's `num_params` and `latency_ms` (latency_ms()), measured
+    once per call, before the first epoch it trains, on the device it trains on: the architecture
+    fixes the compute, so each epoch would measure the same thing again at a cost (docs/trainer.md)."""
     device = torch.device(device)
     dtype = autocast_dtype(precision, device)
     if batch_size % world_size:
         raise ValueError(f"batch_size {batch_size} does not split evenly over {world_size} ranks")
     local_batch = batch_size // world_size
-    model, net, opt, start = _model(width, optimizer, lr=lr, weight_decay=weight_decay, momentum=momentum,
+    model, net, opt, start = _model(width, depth, optimizer, lr=lr, weight_decay=weight_decay, momentum=momentum,
                                     nesterov=nesterov, seed=seed, device=device, state=state, epochs=epochs,
                                     world_size=world_size)
     check_input(train.x[:1])
@@ -227,6 +263,9 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
     # exactly the images a single process would put in batch i.
     sampler = DistributedSampler(range(len(train)), num_replicas=world_size, rank=rank, shuffle=True,
                                  seed=seed, drop_last=True)
+    size = {"num_params": sum(p.numel() for p in model.parameters())}
+    if start < epochs and rank == 0:  # the reporting rank; the others wait at their first all-reduce
+        size["latency_ms"] = latency_ms(model, val.x[:LATENCY_BATCH], device, precision)
     metrics: dict[str, float] = {}
     for epoch in range(start, epochs):
         order = _epoch_order(sampler, epoch, seed, len(train))
@@ -237,7 +276,7 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
         t1 = time.perf_counter()
         if not math.isfinite(loss_sum):  # the summed loss is NaN/inf on every rank alike
             metrics = {"loss": math.nan, "accuracy": math.nan, "diverged": True, "epoch": epoch + 1,
-                       "world_size": world_size}
+                       "world_size": world_size, **size}
             log.warning("training diverged in epoch %d (lr=%g): stopping", epoch + 1, lr)
             if on_epoch is not None and rank == 0:
                 on_epoch(metrics, {})
@@ -247,19 +286,20 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
         metrics.update(epoch=epoch + 1, train_loss=loss_sum / max(seen, 1), world_size=world_size,
                        train_time_s=t1 - t0, eval_time_s=t2 - t1,
                        images_per_s=seen / (t1 - t0) if t1 > t0 else math.nan, bf16=dtype is not None,
-                       **memory(device))
+                       **size, **memory(device))
         log.debug("epoch %d: %s", epoch + 1, metrics)
         if on_epoch is not None and rank == 0:
-            on_epoch(metrics, {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1})
+            on_epoch(metrics, {"model": model.state_dict(), "optimizer": opt.state_dict(), "epoch": epoch + 1,
+                               "depth": depth})
     return metrics
 
 
-def _model(width: int, optimizer: str, *, lr: float, weight_decay: float, momentum: float, nesterov: bool,
+def _model(width: int, depth: int, optimizer: str, *, lr: float, weight_decay: float, momentum: float, nesterov: bool,
            seed: int, device: torch.device, state: dict | None, epochs: int, world_size: int):
     """(model, net, optimizer, first epoch): the seeded model, restored from `state` if given, and
     `net`, the model as training steps it (wrapped in DDP when world_size > 1)."""
     torch.manual_seed(seed)
-    model = make_model(width).to(device, memory_format=torch.channels_last)
+    model = make_model(width, depth=depth).to(device, memory_format=torch.channels_last)
     opt = make_optimizer(optimizer, model.parameters(), lr=lr, weight_decay=weight_decay, momentum=momentum,
                          nesterov=nesterov)
     start = 0
@@ -320,7 +360,8 @@ def _train_epoch(net: nn.Module, opt: torch.optim.Optimizer, train: Split, order
 
 def evaluate_test(state: dict, test: Split, *, width: int = 16, device: str = "cpu",
                   precision: str = "auto") -> dict[str, float]:
-    """Evaluate a checkpointed model on the held-out test images."""
-    model = make_model(width).to(device, memory_format=torch.channels_last)
+    """Evaluate a checkpointed model on the held-out test images. Its depth is the checkpoint's
+    (1 in one written before the trainer had depth)."""
+    model = make_model(width, depth=state.get("depth", 1)).to(device, memory_format=torch.channels_last)
     model.load_state_dict(state["model"])
     return evaluate(model, test, device, precision=precision)
