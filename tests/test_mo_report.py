@@ -106,6 +106,24 @@ def test_the_stated_hypervolume_is_moocores_on_pareto_csv_against_the_stated_ref
     assert curve["hypervolume"].is_monotonic_increasing and curve["epochs"].is_monotonic_increasing
 
 
+def test_a_declared_reference_point_is_the_one_used_and_stated(two, tmp_path):
+    folder = tmp_path / "declared"
+    shutil.copytree(two.results_dir, folder)
+    record = json.loads((folder / "run.json").read_text())
+    record["declaration"]["reference_point"] = {"latency_ms": 12.0, "loss": 2.0}  # by name, in any order
+    (folder / "run.json").write_text(json.dumps(record))
+    runreport.regenerate(folder)
+    md = (folder / "report.md").read_text()
+    stated, ref = _stated(md)
+    assert ref == [2.0, 12.0] and "(declared by the space)" in md
+    pareto = pd.read_csv(folder / "pareto.csv")
+    assert stated == pytest.approx(moocore.hypervolume(pareto[list(TWO)].to_numpy(), ref=ref), rel=1e-5)
+    record["declaration"]["reference_point"] = [2.0]
+    (folder / "run.json").write_text(json.dumps(record))
+    with pytest.raises(runreport.ReportError, match="give one number per objective, for loss, latency_ms"):
+        runreport.regenerate(folder)
+
+
 def test_the_live_report_shows_the_same(two, tmp_path):
     """The report a running run writes every 30 s, from its plain per-trial records (not yet ranked):
     the same front, hypervolume and importances as the final one."""

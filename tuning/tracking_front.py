@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuning import objectives
-from tuning.report import hypervolume as hv
 
 TAG = "pareto"
 
@@ -29,6 +28,8 @@ def log(worker, parent: str, children: dict, trials, record, results_dir: Path, 
     the segment's trials table, ranked (tuning.objectives.annotate)."""
     from mlflow.entities import Metric
 
+    from tuning.report import hypervolume as hv  # pandas and moocore: only at a tracked run's end
+
     g = hv.goals(record.declaration or {}, record.metric, record.mode)
     if g is None:
         return
@@ -41,7 +42,7 @@ def log(worker, parent: str, children: dict, trials, record, results_dir: Path, 
             worker.client.delete_tag(child.run_id, TAG)
             del child.tags[TAG]
     metrics, tags = {"pareto_size": len(on)}, {}
-    ref = hv.reference(trials, g, (record.declaration or {}).get("reference")) if g.several else None
+    ref = hv.reference(trials, g, (record.declaration or {}).get("reference_point")) if g.several else None
     if ref is not None:
         metrics["hypervolume"] = hv.hypervolume(hv.counted(trials), g, ref)
         tags = {"hypervolume_reference": f"{ref.text()} ({ref.how})"}

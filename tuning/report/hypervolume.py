@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tuning import objectives
+from tuning.report.analysis import ReportError
 
 # The default reference point lies this share of each objective's range beyond its worst counted
 # value, so the extreme members of the front add a sliver each instead of nothing (Ishibuchi et al.,
@@ -78,7 +79,9 @@ def reference(trials: pd.DataFrame, g: Goals, declared=None) -> Reference | None
     (PAD of the value itself where they are all equal, 1 where that is 0). None with nothing counted."""
     names = list(g.objectives)
     if declared is not None:
-        values = [declared[k] for k in names] if isinstance(declared, dict) else list(declared)
+        values = [declared.get(k) for k in names] if isinstance(declared, dict) else list(declared)
+        if len(values) != len(names) or not all(isinstance(v, (int, float)) for v in values):
+            raise ReportError(f"reference point {declared!r}: give one number per objective, for {', '.join(names)}")
         return Reference(dict(zip(names, map(float, values))), "declared by the space")
     rows = counted(trials)
     if rows.empty:

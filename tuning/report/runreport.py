@@ -301,7 +301,7 @@ def write_report(run_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame, plan
     if g is not None:  # ranked as tuning.objectives ranks them: the live report's tables are not yet
         trials = objectives.annotate(trials, g, plan.max_epochs)
         if g.several:
-            mo = front.measure(trials, epochs, g, (plan.declaration or {}).get("reference"),
+            mo = front.measure(trials, epochs, g, (plan.declaration or {}).get("reference_point"),
                                max_epochs=plan.max_epochs, started=_started(plan))
     figures = _figures(run_dir, trials, epochs, plan, decls, mo)
     kw = dict(max_epochs=plan.max_epochs, seed=plan.seed or 0, epochs=epochs)
