@@ -8,6 +8,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -36,7 +37,7 @@ def dominates(a: list, b: list) -> bool:
 def brute_front(trials: pd.DataFrame, ways: dict, constraints: dict, max_epochs: int) -> set:
     """The feasible, non-dominated full-budget trials, by the definition, pair by pair."""
     ok = trials[(trials["epochs"] >= max_epochs) & ~trials["diverged"].astype(bool)]
-    ok = ok[[all((r[k] <= b if op == "<=" else r[k] >= b) for k, (op, b) in constraints.items())
+    ok = ok[[all((r[k] <= b if op == "<=" else r[k] >= b) for k, (op, b, *_) in constraints.items())
              for _, r in ok.iterrows()]]
     points = {r["trial_id"]: [r[k] * (1 if w == "min" else -1) for k, w in ways.items()] for _, r in ok.iterrows()
               if all(pd.notna(r[k]) for k in ways)}  # every objective measured
@@ -83,6 +84,9 @@ def test_several_objectives_name_the_first_as_the_metric_and_survive_run_json():
     (dict(constraints={"peak_mem_gb": ("<=", "four")}), "the bound must be a finite number"),
     (dict(constraints={"peak_mem_gb": ("<=", math.inf)}), "the bound must be a finite number"),
     (dict(constraints=[("peak_mem_gb", "<=", 4)]), "constraints= takes a dict"),
+    (dict(constraints={"peak_mem_gb": (">=", 4, "grows")}), "only be 'grows', on a '<=' bound"),
+    (dict(constraints={"peak_mem_gb": ("<=", 4, "increasing")}), "only be 'grows', on a '<=' bound"),
+    (dict(constraints={"peak_mem_gb": ("<=", 4, "grows", True)}), "('<=', bound, 'grows') for a metric that only"),
 ])
 def test_a_bad_declaration_is_one_line_at_once(kw, needle):
     with pytest.raises(SpaceError) as err:
@@ -90,20 +94,37 @@ def test_a_bad_declaration_is_one_line_at_once(kw, needle):
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
+def test_a_metric_that_only_grows_is_declared_by_a_third_item_and_survives_run_json():
+    space = tradeoff_space(constraints={"peak_mem_gb": ("<=", 4, "grows"), "latency_ms": "<= 9"})
+    assert space.constraints == {"peak_mem_gb": ("<=", 4.0, "grows"), "latency_ms": ("<=", 9.0)}
+    assert objectives.growing(space.constraints) == {"peak_mem_gb": 4.0}
+    as_text = tradeoff_space(constraints={"peak_mem_gb": "<= 4 grows"})
+    assert as_text.constraints == {"peak_mem_gb": ("<=", 4.0, "grows")}
+    assert objectives.parse_constraint("peak_mem_gb<=4 grows") == ("peak_mem_gb", ("<=", 4.0, "grows"))
+    assert spaces.from_json(json.loads(json.dumps(spaces.to_json(space)))) == space
+    assert "peak_mem_gb <= 4 (grows)" in objectives.describe(space)
+    assert objectives.violation({"peak_mem_gb": 5, "latency_ms": 10}, space.constraints) == 2
+    assert objectives.grown_past({"peak_mem_gb": 5, "latency_ms": 10}, space.constraints) == "peak_mem_gb"
+    assert objectives.grown_past({"peak_mem_gb": 4, "latency_ms": 10}, space.constraints) is None  # not a grower
+
+
 def test_a_metric_the_trainer_cannot_report_is_refused_where_its_metrics_are_known():
-    with pytest.raises(SpaceError, match="objective 'latency_ms' is never reported by the cifar trainer"):
-        Space(params=PARAMS, objectives=TWO)
+    with pytest.raises(SpaceError, match="objective 'energy_j' is never reported by the cifar trainer"):
+        Space(params=PARAMS, objectives={"loss": "min", "energy_j": "min"})
     with pytest.raises(SpaceError, match="constrained metric 'peak_mem_gb' is never reported by the counting"):
         Space(params=PARAMS, trainer="counting_ones", constraints=BOUND)
 
 
-@pytest.mark.parametrize("strategy", ["asha", "median", "hyperband", "bohb", "adaptive"])
-def test_strategies_not_covered_yet_refuse_and_say_which_do(tmp_path, strategy):
+def test_the_median_rule_refuses_and_says_why(tmp_path):
+    """asha, hyperband, bohb and adaptive search several objectives (tests/test_mo_strategies.py);
+    the median stopping rule has no median of several objectives to compare with."""
     folder = tmp_path / "r"
     with pytest.raises(TuningError) as err:
-        tuning.search(None, tradeoff_space(), strategy=strategy, results_dir=folder)
-    assert f"strategy {strategy} with several objectives" in str(err.value)
-    assert "runs with grid, random or tpe for now" in str(err.value) and not folder.exists()
+        tuning.search(None, tradeoff_space(), strategy="median", results_dir=folder)
+    assert "strategy median with several objectives" in str(err.value)
+    assert "no median that orders trials" in str(err.value) and "use --strategy asha" in str(err.value)
+    assert not folder.exists()
+    assert [s for s in spaces.STRATEGIES if objectives.strategy_refusal(tradeoff_space(), s)] == ["median"]
 
 
 def test_the_command_line_refuses_bad_objectives_and_writes_nothing(capsys, tmp_path):
@@ -118,7 +139,8 @@ def test_the_command_line_refuses_bad_objectives_and_writes_nothing(capsys, tmp_
     refused(capsys, run.main, [*base, "--constraint", "peak_mem_gb"], "give NAME<=BOUND or NAME>=BOUND")
     refused(capsys, run.main, [*base, "--constraint", "m<=1", "--constraint", "m>=0"], "one bound per metric")
     refused(capsys, run.main, [*base, "--objective", "loss:min", "--objective", "latency_ms:min", "--strategy",
-                               "asha"], "grid, random or tpe for now")
+                               "median"], "no median that orders trials")
+    refused(capsys, run.main, [*base, "--constraint", "peak_mem_gb>=4 grows"], "only be 'grows', on a '<=' bound")
     refused(capsys, run.main, ["--resume", str(folder), "--objective", "loss:min"], "keeps the objectives")
     assert not folder.exists()
 
@@ -255,3 +277,55 @@ def test_an_objective_the_trainer_never_reports_stops_the_run_in_one_line(ray_he
         tuning.search(None, space, seed=0, results_dir=tmp_path / "r")
     assert "the trainer reported no 'latency_ms'" in str(err.value) and "\n" not in str(err.value)
     assert "drop it from the space's objectives and constraints" in str(err.value)
+
+
+# ---------------------------------------------------------------- the strategies that stop trials early
+
+def test_an_extended_mo_asha_rebuilds_its_rungs_with_every_objective(ray_here, tmp_path):
+    """--add-samples on MO-ASHA: the rungs, which Tune does not save, are rebuilt from every earlier
+    result with both objectives and the violation, so the new trials are judged against them."""
+    from tuning import backend
+
+    space = tradeoff_space(strategy="asha", max_epochs=4, grace_period=1, reduction_factor=2)
+
+    def spec(**kw):
+        return backend.RunSpec(space=space, strategy="asha", num_samples=6, max_epochs=4, seed=0, cpus_per_trial=1,
+                               gpus_per_trial=0, source=None, results_dir=tmp_path, progress=False,
+                               snapshot_every_step=False, **kw)
+
+    backend.run(spec())
+    got = {}
+    records, _ = backend.run(spec(resume=True, add_samples=3, on_search=lambda a, s: got.update(asha=s)))
+    assert len(records) == 9
+    first_rung = dict(got["asha"]._brackets[0]._rungs)[1]  # every trial reaches the grace period
+    assert len(first_rung) == 9
+    for values, violation in first_rung.values():
+        assert values.shape == (2,) and np.isfinite(values).all() and violation >= 0
+    assert any(v > 0 for _, v in first_rung.values()), "the seed must draw a trial over the memory bound"
+    new = {r["trial_id"] for r in records} - set(list(first_rung)[:6])
+    assert {d[1] for d in got["asha"].decisions()} >= new  # the new ones decided against all nine
+
+
+def test_bohb_carries_every_objective_through_add_samples_and_warm_start(ray_here, tmp_path):
+    from tuning import growth
+    from tuning.backend import mo
+    from tuning.backend.bohb import PaperBOHB
+
+    space = tradeoff_space(strategy="bohb", num_samples=8, max_epochs=4, reduction_factor=2)
+    first = tmp_path / "first"
+    tuning.search(None, space, seed=0, results_dir=first)
+    more = tuning.resume(first, add_samples=3)
+    assert more.status == "finished" and len(more.trials) == 11
+    assert more.trials[["loss", "latency_ms", "peak_mem_gb", "feasible"]].notna().all().all()
+    check_front(first, space, 4)
+    # A warm start gives BOHB's model every earlier result with both objectives and the violation.
+    model = PaperBOHB(space=spaces.to_configspace(space, 0), metric=space.metric, mode=space.mode, seed=0,
+                      params=space.params, rule=mo.Rule.of(space))
+    model.warm(growth.all_rows(growth.earlier_runs([str(first)], space)))
+    points, losses = model.bohber.points, model.bohber.losses
+    assert points and sum(map(len, points.values())) >= 11
+    for budget, kept in points.items():
+        assert len(kept) == len(losses[budget]) and sorted(losses[budget]) == list(range(len(kept)))
+        assert all(v.shape == (2,) and np.isfinite(v).all() for v, _ in kept)
+    warm = tuning.search(None, space, seed=1, results_dir=tmp_path / "warm", warm_start=[str(first)])
+    assert warm.status == "finished" and not warm.pareto.empty

@@ -24,10 +24,16 @@ if TYPE_CHECKING:  # pandas where a table is ranked: `import tuning` stays light
 
 DIRECTIONS = ("min", "max")
 OPERATORS = ("<=", ">=")
-# What runs a space with several objectives or a constraint today. The others rank trials at
-# their rungs by one metric; MO-ASHA and the rest come next (docs/multi-objective.md).
-STRATEGIES = ("grid", "random", "tpe")
-NOT_YET = "multi-objective search runs with grid, random or tpe for now; asha/median/hyperband/bohb/adaptive come next"
+# What runs a space with several objectives or a constraint: ASHA, Hyperband, BOHB and adaptive
+# promote at their rungs by Deb's rules and non-dominated sorting (tuning/backend/mo.py). The median
+# rule compares one metric's running mean with the others' median, and a vector has no median
+# that orders trials, so it refuses.
+STRATEGIES = ("grid", "random", "tpe", "asha", "hyperband", "bohb", "adaptive")
+NOT_YET = ("the median stopping rule compares one metric with the median of the others' running means, and several "
+           "objectives have no median that orders trials")
+# A constraint declared ("<=", bound, GROWS) is on a metric that can only grow (peak memory,
+# elapsed time): a trial past its bound can never come back under it, so it is stopped there.
+GROWS = "grows"
 # trials.csv's columns for such a run, after the others.
 FEASIBLE, VIOLATION, RANK = "feasible", "violation", "pareto_rank"
 
@@ -101,21 +107,26 @@ def _constraints(constraints) -> dict:
     return {name: bound(name, c) for name, c in constraints.items()}
 
 
-def bound(name, c) -> tuple[str, float]:
-    """One constraint as (operator, bound): ("<=", 4), ["<=", 4] (as JSON keeps it) or "<= 4"."""
+def bound(name, c) -> tuple:
+    """One constraint as (operator, bound), or (operator, bound, "grows") for a metric that can only
+    grow: ("<=", 4), ["<=", 4] (as JSON keeps it), "<= 4", ("<=", 4, "grows") or "<= 4 grows"."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"constraints=: {name!r} is not a metric's name: use the name the trainer reports")
     if isinstance(c, str):
-        m = re.fullmatch(r"\s*([<>=!]=?)\s*(\S+)\s*", c)
-        c = (m[1], _number(m[2])) if m else None
-    if not isinstance(c, (list, tuple)) or len(c) != 2:
-        raise ValueError(f"constraint on {name!r} is {c!r}: give it as ('<=', bound) or ('>=', bound)")
-    op, value = c
+        m = re.fullmatch(r"\s*([<>=!]=?)\s*(\S+)\s*(\S+)?\s*", c)
+        c = (m[1], _number(m[2]), *([m[3]] if m[3] else [])) if m else None
+    if not isinstance(c, (list, tuple)) or len(c) not in (2, 3):
+        raise ValueError(f"constraint on {name!r} is {c!r}: give it as ('<=', bound) or ('>=', bound), "
+                         "or ('<=', bound, 'grows') for a metric that only grows")
+    op, value, *grows = c
     if op not in OPERATORS:
         raise ValueError(f"constraint on {name!r} uses {op!r}: use '<=' or '>=' (a value at the bound meets it)")
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"constraint {name!r} {op} {value!r}: the bound must be a finite number")
-    return op, float(value)
+    if grows and (grows[0] != GROWS or op != "<="):
+        raise ValueError(f"constraint on {name!r} is {c!r}: the third item can only be 'grows', on a '<=' bound "
+                         "(a metric that only grows can only come to exceed an upper bound)")
+    return (op, float(value), GROWS) if grows else (op, float(value))
 
 
 def _number(text: str):
@@ -136,12 +147,13 @@ def parse_objective(text: str) -> tuple[str, str]:
 
 
 def parse_constraint(text: str) -> tuple[str, tuple[str, float]]:
-    """--constraint 'NAME<=BOUND' or 'NAME>=BOUND'."""
-    m = re.fullmatch(r"\s*([^<>=!\s]+)\s*([<>=!]=?)\s*(.+?)\s*", text)
+    """--constraint 'NAME<=BOUND' or 'NAME>=BOUND'; 'NAME<=BOUND grows' for a metric that only grows."""
+    m = re.fullmatch(r"\s*([^<>=!\s]+)\s*([<>=!]=?)\s*(\S+?)(?:\s+(\S+))?\s*", text)
     if not m:
-        raise ValueError(f"--constraint {text}: give NAME<=BOUND or NAME>=BOUND, e.g. --constraint 'peak_mem_gb<=4'")
+        raise ValueError(f"--constraint {text}: give NAME<=BOUND or NAME>=BOUND, e.g. --constraint 'peak_mem_gb<=4' "
+                         "('peak_mem_gb<=4 grows' for a metric that only grows)")
     try:
-        return m[1], bound(m[1], (m[2], _number(m[3])))
+        return m[1], bound(m[1], (m[2], _number(m[3]), *([m[4]] if m[4] else [])))
     except ValueError as exc:
         raise ValueError(f"--constraint {text}: {exc}") from None
 
@@ -167,8 +179,24 @@ def describe(space) -> str:
     """'loss (min), latency_ms (min); subject to peak_mem_gb <= 4'."""
     text = ", ".join(f"{k} ({v})" for k, v in of(space).items())
     if space.constraints:
-        text += "; subject to " + ", ".join(f"{k} {op} {b:g}" for k, (op, b) in space.constraints.items())
+        text += "; subject to " + ", ".join(f"{k} {c[0]} {c[1]:g}" + (" (grows)" if c[2:] else "")
+                                            for k, c in space.constraints.items())
     return text
+
+
+def growing(constraints: dict) -> dict[str, float]:
+    """The '<=' bounds on metrics declared to only grow: name -> bound."""
+    return {k: c[1] for k, c in constraints.items() if tuple(c[2:]) == (GROWS,)}
+
+
+def grown_past(values: dict, constraints: dict) -> str | None:
+    """The first metric declared to only grow that is already past its bound in `values` (it can
+    never come back under it), or None. A missing value is not past: only a measured one stops."""
+    for name, b in growing(constraints).items():
+        v = values.get(name)
+        if isinstance(v, numbers.Real) and not isinstance(v, bool) and v > b:
+            return name
+    return None
 
 
 def strategy_refusal(space, strategy: str) -> str | None:
@@ -176,14 +204,14 @@ def strategy_refusal(space, strategy: str) -> str | None:
     if not multi(space) or strategy in STRATEGIES:
         return None
     what = "several objectives" if len(of(space)) > 1 else "a constraint"
-    return f"strategy {strategy} with {what} ({describe(space)}): {NOT_YET}; use --strategy random, grid or tpe"
+    return f"strategy {strategy} with {what} ({describe(space)}): {NOT_YET}; use --strategy asha (MO-ASHA) instead"
 
 
 def amounts(values: dict, constraints: dict) -> dict[str, float]:
     """Each constraint's amount, Optuna's convention: above 0 violated by that much, 0 or below met.
     A metric missing or not a number violates its constraint infinitely."""
     out = {}
-    for name, (op, b) in constraints.items():
+    for name, (op, b, *_) in constraints.items():
         v = values.get(name)
         ok = isinstance(v, numbers.Real) and not isinstance(v, bool) and not math.isnan(v)  # numpy's too
         out[name] = (v - b if op == "<=" else b - v) if ok else math.inf

@@ -56,10 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objective", action="append", metavar="NAME:min|max",
                    help="an objective, in place of the space's metric or objectives; repeat it for several, the "
                         "first one first (--objective loss:min --objective latency_ms:min): the run keeps the "
-                        "Pareto front in pareto.csv (docs/multi-objective.md). Runs with grid, random or tpe for now")
+                        "Pareto front in pareto.csv (docs/multi-objective.md). Every strategy but median runs it "
+                        "(asha is MO-ASHA)")
     p.add_argument("--constraint", action="append", metavar="'NAME<=BOUND'",
                    help="a bound on a reported metric, in place of the space's constraints; repeat it for several "
-                        "(--constraint 'peak_mem_gb<=4'): trials that break one rank after every trial that does not")
+                        "(--constraint 'peak_mem_gb<=4'): trials that break one rank after every trial that does not; "
+                        "'peak_mem_gb<=4 grows' for a metric that only grows stops a trial once past it")
     p.add_argument("--num-samples", type=cli.positive_int,
                    help="trials to sample (default: the space's); with grid, how often the grid is repeated")
     p.add_argument("--max-epochs", type=cli.positive_int, help="epochs of a full-budget trial (default: the space's)")

@@ -36,6 +36,7 @@ import math
 import numpy as np
 
 from tuning import fidelity
+from tuning.backend import mo
 from tuning.backend.bohb import PaperBOHB, VectorisedBOHB
 from tuning.backend.budget import TimeGate
 from tuning.backend.hyperband import PaperHyperBand
@@ -90,10 +91,15 @@ class AgreeingBOHB(VectorisedBOHB):
         return max(usable) if usable else None
 
 
-class AdaptiveBOHB(PaperBOHB):
-    """PaperBOHB whose observations also feed the run's Agreement, and whose model is AgreeingBOHB."""
+class FrontsAgreeingBOHB(mo.FrontsModel, AgreeingBOHB):
+    """AgreeingBOHB splitting by several objectives and constraints (mo.FrontsModel)."""
 
-    model_class = AgreeingBOHB
+
+class AdaptiveBOHB(PaperBOHB):
+    """PaperBOHB whose observations also feed the run's Agreement, and whose model is AgreeingBOHB.
+    With several objectives the agreement between rungs is measured on the first objective."""
+
+    model_class, fronts_class = AgreeingBOHB, FrontsAgreeingBOHB
 
     def __init__(self, *args, **kwargs):
         self.agreement = Agreement()

@@ -16,6 +16,7 @@ from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
 from ray.tune.utils.util import unflatten_dict
 
 from tuning import spaces
+from tuning.backend import mo
 
 
 class PaperBOHB(TuneBOHB):
@@ -27,9 +28,11 @@ class PaperBOHB(TuneBOHB):
     bookkeeping (trial_to_params, which feeds its KDE) keeps what ConfigSpace gave it."""
 
     model_class: type = None  # VectorisedBOHB, set below it; tuning/backend/adaptive.py's own
+    fronts_class: type = None  # the same with mo.FrontsModel's split, for a space's mo.Rule
 
-    def __init__(self, *args, params: dict | None = None, **kwargs):
+    def __init__(self, *args, params: dict | None = None, rule: mo.Rule | None = None, **kwargs):
         self.observed: list[tuple[str, float]] = []  # what the model was given, in order
+        self.rule = rule  # several objectives or a constraint: each result's point, split by mo.order
         # The space's declarations: a choice of lists, dicts or None is a ConfigSpace category by its
         # position (spaces.to_configspace), which the trials get back as the value.
         self.params = params or {}
@@ -37,7 +40,7 @@ class PaperBOHB(TuneBOHB):
 
     def _setup_bohb(self):
         super()._setup_bohb()
-        self.bohber = self.model_class(self._space, **(self._bohb_config or {}))
+        self.bohber = (self.fronts_class if self.rule else self.model_class)(self._space, **(self._bohb_config or {}))
 
     def suggest(self, trial_id: str):
         config = super().suggest(trial_id)
@@ -56,8 +59,14 @@ class PaperBOHB(TuneBOHB):
             return
         self.observed.append((trial_id, budget))
         seen.add((trial_id, budget))
-        self.bohber.new_result(_BOHBJobWrapper(self._metric_op * result[self.metric], budget,
-                                               self._params(trial_id, result)))
+        self.bohber.new_result(self._job(result, budget, self._params(trial_id, result)))
+
+    def _job(self, result: dict, budget: float, params: dict) -> _BOHBJobWrapper:
+        if self.rule is None:
+            return _BOHBJobWrapper(self._metric_op * result[self.metric], budget, params)
+        job = _BOHBJobWrapper(0.0, budget, params)  # its loss is its place among the budget's points
+        job.point = self.rule.point(result)
+        return job
 
     def warm(self, rows: list[dict]) -> None:
         """Earlier runs' results (tuning.run --warm-start), each at its budget (its training
@@ -65,7 +74,7 @@ class PaperBOHB(TuneBOHB):
         once, after its last point, budgets in ascending order (a model on a larger budget makes
         HpBandSter skip smaller ones)."""
         by_budget: dict[float, list[dict]] = {}
-        for row in rows:
+        for row in rows:  # with several objectives, a row with its first one (mo.order places the rest)
             value = row.get(self.metric)
             if isinstance(value, (int, float)) and np.isfinite(value):
                 by_budget.setdefault(row["training_iteration"], []).append(row)
@@ -73,8 +82,7 @@ class PaperBOHB(TuneBOHB):
             batch = by_budget[budget]
             for i, row in enumerate(batch):
                 config = spaces.to_positions(self.params, row["config"])
-                job = _BOHBJobWrapper(self._metric_op * row[self.metric], budget,
-                                      {k: config[k] for k in self._space if k in config})
+                job = self._job(row, budget, {k: config[k] for k in self._space if k in config})
                 self.bohber.new_result(job, update_model=i == len(batch) - 1)
 
     def _params(self, trial_id: str, result: dict) -> dict:
@@ -264,7 +272,7 @@ class VectorisedBOHB(BOHB):
                     name: MixedKDE(sets[name], self._bandwidths(sets[name], kde.bw), self.vartypes) if sets
                     else MixedKDE(kde.data, kde.bw, self.vartypes) for name, kde in models.items()}
 
-    def _trim(self, budget) -> None:
+    def _trim(self, budget) -> list[int]:
         """Leave window - 1 results at the budget, so that the next makes `window`: the best
         top_n_percent of the window by loss, and the most recent of the others, in their order."""
         losses = np.asarray(self.losses[budget], dtype=float)
@@ -273,6 +281,7 @@ class VectorisedBOHB(BOHB):
         keep = sorted(best | set(recent))
         self.configs[budget] = [self.configs[budget][i] for i in keep]
         self.losses[budget] = [self.losses[budget][i] for i in keep]
+        return keep
 
     def _unimputed(self, budget) -> dict[str, np.ndarray]:
         """The good and bad points HpBandSter has just fitted at this budget, before imputation: its
@@ -382,4 +391,8 @@ class VectorisedBOHB(BOHB):
         return int(np.flatnonzero(finite)[np.argmin(ratio[finite])]) if finite.any() else None
 
 
-PaperBOHB.model_class = VectorisedBOHB
+class FrontsBOHB(mo.FrontsModel, VectorisedBOHB):
+    """VectorisedBOHB splitting by several objectives and constraints (mo.FrontsModel)."""
+
+
+PaperBOHB.model_class, PaperBOHB.fronts_class = VectorisedBOHB, FrontsBOHB

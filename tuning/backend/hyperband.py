@@ -35,6 +35,7 @@ from ray.tune.schedulers import FIFOScheduler, HyperBandForBOHB
 from ray.tune.schedulers.hyperband import _Bracket
 from ray.tune.schedulers.trial_scheduler import TrialScheduler
 
+from tuning.backend import mo
 
 log = logging.getLogger(__name__)
 
@@ -45,12 +46,20 @@ class QuotaBracket(_Bracket):
     """A bracket that takes exactly its quota of trials (n0) and then closes, whether or not the
     trials it was given are still running."""
 
-    def __init__(self, *args, s: int, band: int, **kwargs):
+    def __init__(self, *args, s: int, band: int, rule: mo.Rule | None = None, **kwargs):
         super().__init__(*args, s=s, **kwargs)
-        self.s, self.band = s, band
+        self.s, self.band, self.rule = s, band, rule
 
     def filled(self) -> bool:
         return len(self._all_trials) >= self._n0
+
+    def successive_halving(self, metric: str, metric_op: float):
+        # Ray's bookkeeping (the next rung, how many go on), then, with several objectives or a
+        # constraint, the same number chosen by non-dominated sorting (tuning/backend/mo.py).
+        good, bad = super().successive_halving(metric, metric_op)
+        if self.rule is None:
+            return good, bad
+        return mo.split(self.rule, [*good, *bad], self._live_trials, len(good))
 
     def describe(self) -> dict:
         """Plain data for tables and tests: which trials this bracket was given."""
@@ -65,17 +74,21 @@ class PaperHyperBand(HyperBandForBOHB):
     Tune does not save scheduler state (Ray issue #30838): on resume every restored trial is added
     again, finished ones too, and a bracket waiting on a trial that will never report hangs the
     run. Finished trials are left out; unfinished ones join fresh brackets, counted in their quota,
-    and continue from their checkpoints."""
+    and continue from their checkpoints.
 
-    def __init__(self, *args, observe: Observer | None = None, **kwargs):
+    `rule`: several objectives or a constraint (tuning/backend/mo.py): each rung keeps its best by
+    non-dominated sorting, feasible first, and a trial past the bound of a metric declared to only
+    grow stops there, its result observed at the rung it was heading to."""
+
+    def __init__(self, *args, observe: Observer | None = None, rule: mo.Rule | None = None, **kwargs):
         super().__init__(*args, **kwargs)
-        self._observe = observe
+        self._observe, self.rule = observe, rule
         self._observed: set[tuple[str, float]] = set()
 
     def _create_bracket(self, s: int) -> QuotaBracket:
         return QuotaBracket(time_attr=self._time_attr, max_trials=self._get_n0(s), init_t_attr=self._get_r0(s),
                             max_t_attr=self._max_t_attr, eta=self._eta, s=s, band=self._state["band_idx"],
-                            stop_last_trials=self._stop_last_trials)
+                            stop_last_trials=self._stop_last_trials, rule=self.rule)
 
     def on_trial_add(self, tune_controller, trial: Trial):
         if trial.status in (Trial.TERMINATED, Trial.ERROR):
@@ -84,6 +97,12 @@ class PaperHyperBand(HyperBandForBOHB):
 
     def on_trial_result(self, tune_controller, trial: Trial, result: dict) -> str:
         bracket, _ = self._trial_info[trial]
+        if self.rule is not None and self.rule.grown_past(result):
+            # Its metric can only grow: it would be as infeasible at the rung. BOHB's model learns so;
+            # Tune's stop then takes it out of the bracket (on_trial_complete).
+            log.info("%s stopped: %s is past its bound and only grows", trial.trial_id, self.rule.grown_past(result))
+            self._rung_result(trial, bracket, result, at_rung=False)
+            return TrialScheduler.STOP
         bracket.update_trial_stats(trial, result)
         if bracket.continue_trial(trial):
             return TrialScheduler.CONTINUE
@@ -104,10 +123,10 @@ class PaperHyperBand(HyperBandForBOHB):
             self._rung_result(trial, self._trial_info[trial][0], result)
         super().on_trial_complete(tune_controller, trial, result)
 
-    def _rung_result(self, trial: Trial, bracket: QuotaBracket, result: dict) -> None:
+    def _rung_result(self, trial: Trial, bracket: QuotaBracket, result: dict, at_rung: bool = True) -> None:
         budget = bracket._cumul_r
         # Only at the rung itself: after a resume a trial can join a bracket whose rung it has passed.
-        if result.get(self._time_attr) != budget or (trial.trial_id, budget) in self._observed:
+        if (at_rung and result.get(self._time_attr) != budget) or (trial.trial_id, budget) in self._observed:
             return
         self._observed.add((trial.trial_id, budget))
         if self._observe is not None:

@@ -27,6 +27,7 @@ from ray.tune.search.basic_variant import _TrialIterator
 
 from tuning import conditions, objectives, results, spaces
 from tuning.backend.budget import TimeGate
+from tuning.backend import mo
 from tuning.backend.hyperband import PaperHyperBand, PauseEveryResult
 
 
@@ -73,8 +74,9 @@ class InOrder:
         return None
 
 
-class Fifo(TimeGate, InOrder, FIFOScheduler):
-    """Every trial runs its full budget (random, grid)."""
+class Fifo(mo.StopGrown, TimeGate, InOrder, FIFOScheduler):
+    """Every trial runs its full budget (random, grid, tpe over several objectives), unless a metric
+    declared to only grow is past its bound (mo.StopGrown)."""
 
 
 class Asha(TimeGate, InOrder, ASHAScheduler):
@@ -92,6 +94,11 @@ class Asha(TimeGate, InOrder, ASHAScheduler):
                         rung[trial_id] = self._metric_op * value
                         recorded += 1
         return recorded
+
+
+class MoAsha(mo.FrontAsha, Asha):
+    """MO-ASHA (Schmucker et al., 2021): ASHA whose rungs promote by non-dominated sorting, feasible
+    first (tuning/backend/mo.py), and stop a trial past the bound of a metric that only grows."""
 
 
 class _Earlier(str):
@@ -308,6 +315,7 @@ def build(spec, budget=None):
     refusal = objectives.strategy_refusal(space, strategy)  # tuning.api refuses it first; compare does not
     if refusal:
         raise spaces.SpaceError(refusal)
+    rule = mo.Rule.of(space)  # None for one metric: every scheduler as it was
     if strategy == "tpe" and objectives.multi(space):  # MOTPE, every trial to the full budget (tpe.MultiObjective)
         from tuning.backend import tpe
 
@@ -320,8 +328,9 @@ def build(spec, budget=None):
     elif strategy in ("random", "asha", "median"):
         first = min(space.grace_period, spec.max_epochs)
         if strategy == "asha":
-            scheduler = Asha(metric=space.metric, mode=space.mode, max_t=spec.max_epochs, grace_period=first,
-                             reduction_factor=space.reduction_factor)
+            rungs = dict(metric=space.metric, mode=space.mode, max_t=spec.max_epochs, grace_period=first,
+                         reduction_factor=space.reduction_factor)
+            scheduler = MoAsha(rule=rule, **rungs) if rule else Asha(**rungs)
         elif strategy == "median":
             scheduler = Median(time_attr="training_iteration", metric=space.metric, mode=space.mode,
                                grace_period=first, min_samples_required=MEDIAN_MIN_TRIALS)
@@ -344,10 +353,11 @@ def build(spec, budget=None):
             np.random.seed(seed + spec.extension)  # HpBandSter draws its random fraction from numpy's global generator
             model = (PaperBOHB if strategy == "bohb" else AdaptiveBOHB)(
                 space=spaces.to_configspace(space, seed), metric=space.metric, mode=space.mode, seed=seed,
-                params=space.params)
+                params=space.params, rule=rule)
             model.warm(spec.warm_rows)
         bands = dict(time_attr="training_iteration", metric=space.metric, mode=space.mode, max_t=spec.max_epochs,
-                     reduction_factor=space.reduction_factor, observe=model.observe if strategy != "tpe" and model else None)
+                     reduction_factor=space.reduction_factor, rule=rule,
+                     observe=model.observe if strategy != "tpe" and model else None)
         scheduler = (AdaptiveHyperBand(**bands, model=model, seed=seed + spec.extension) if strategy == "adaptive"
                      else HyperBand(**bands))
         search = (SearcherSearch(model, scheduler=scheduler, more=more) if model else
@@ -362,4 +372,6 @@ def build(spec, budget=None):
         open_search = spec.pause_every_result != "new_actor"
         search = RandomSearch(scheduler=scheduler if open_search else None, random_state=seed)
     scheduler.budget = budget
+    if isinstance(scheduler, mo.StopGrown):
+        scheduler.rule = rule
     return config, search, scheduler
