@@ -229,3 +229,23 @@ def test_mlflow_logs_every_objective_the_front_and_tags_only_its_children(two):
     assert parent.data.metrics["pareto_size"] == len(pareto)
     assert parent.data.metrics["hypervolume"] == pytest.approx(stated, rel=1e-5)
     assert parent.data.tags["hypervolume_reference"].startswith("loss ")
+
+
+@pytest.mark.slow  # a search and its extension: make test-all
+def test_add_samples_moves_the_pareto_tag_to_the_new_front(ray_here, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    folder = tmp_path / "grow"
+    first = _search(folder, 3, True, objectives=TWO, constraints={"peak_mem_gb": ("<=", 4)})
+    before = set(first.pareto["trial_id"])
+    more = tuning.resume(folder, add_samples=12)
+    assert more.status == "finished" and len(more.trials) == 24
+    after = set(more.pareto["trial_id"])
+    assert before - after, "the new trials must push some of the first front off it"
+    client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
+    exp = client.get_experiment_by_name(first.record.mlflow["experiment"])
+    kids = [r for r in client.search_runs([exp.experiment_id], max_results=1000) if "mlflow.parentRunId" in r.data.tags]
+    assert len(kids) == 24
+    assert {k.data.tags["trial_id"] for k in kids if "pareto" in k.data.tags} == after
+    parent = client.get_run(first.record.mlflow["parent_run_id"])
+    assert [m.value for m in client.get_metric_history(parent.info.run_id, "pareto_size")] == [len(before), len(after)]

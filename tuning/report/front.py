@@ -109,9 +109,8 @@ def front_parallel(trials: pd.DataFrame, g: Goals) -> Figure | None:
     names = list(g.objectives)
     unit, ends = [], []
     for k, way in g.objectives.items():
-        v = rows[k].astype(float)
-        worst, best = (v.max(), v.min()) if way == "min" else (v.min(), v.max())
-        unit.append(((v - worst) / ((best - worst) or 1.0)).to_numpy())
+        worst, best = hv.ends(rows[k], way)
+        unit.append(((rows[k].astype(float) - worst) / ((best - worst) or 1.0)).to_numpy())
         ends.append((worst, best))
     grid = np.column_stack(unit)
     ok = rows.index.isin(counted(rows).index)

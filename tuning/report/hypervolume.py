@@ -58,6 +58,12 @@ def counted(trials: pd.DataFrame) -> pd.DataFrame:
     return trials[pd.to_numeric(trials[objectives.RANK], errors="coerce").notna()]
 
 
+def ends(values: pd.Series, way: str) -> tuple[float, float]:
+    """(worst, best) of an objective's values under its direction."""
+    v = pd.to_numeric(values).astype(float)
+    return (v.max(), v.min()) if way == "min" else (v.min(), v.max())
+
+
 def _maximise(g: Goals) -> list[bool]:
     return [way == "max" for way in g.objectives.values()]
 
@@ -88,8 +94,7 @@ def reference(trials: pd.DataFrame, g: Goals, declared=None) -> Reference | None
         return None
     point = {}
     for k, way in g.objectives.items():
-        v = pd.to_numeric(rows[k]).astype(float)
-        worst, best = (v.max(), v.min()) if way == "min" else (v.min(), v.max())
+        worst, best = ends(rows[k], way)
         span = abs(worst - best) or abs(worst) or 1.0
         point[k] = float(worst + (PAD * span if way == "min" else -PAD * span))
     return Reference(point, f"the worst value of each objective among the {len(rows)} counted results, "
@@ -136,4 +141,4 @@ def anytime(trials: pd.DataFrame, epochs: pd.DataFrame, g: Goals, ref: Reference
         front = moocore.filter_dominated(np.vstack([front, p * signs]))
         out.append(float(moocore.hypervolume(front * signs, ref=r, maximise=_maximise(g))))
     return pd.DataFrame({"trial_id": order["trial_id"].to_numpy(), "time_s": order["_at"].to_numpy() - t0,
-                         "epochs": order["_consumed"].to_numpy(), "hypervolume": out}, columns=cols)
+                         "epochs": order["_consumed"].astype("Int64").to_numpy(), "hypervolume": out}, columns=cols)
