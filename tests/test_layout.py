@@ -164,7 +164,8 @@ def _private_ray_uses(path: Path) -> list[str]:
                 and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
             body[0] = ast.Pass()
     found = [m[0] for m in PRIVATE_PATH.finditer(ast.unparse(tree))]
-    methods = {f for c in ast.walk(tree) if isinstance(c, ast.ClassDef) for f in c.body if isinstance(f, ast.FunctionDef)}
+    methods = {f for c in ast.walk(tree) if isinstance(c, ast.ClassDef)
+               for f in c.body if isinstance(f, ast.FunctionDef)}
     for node in ast.walk(tree):  # read or written, imported, or overridden in a subclass
         name = (node.attr if isinstance(node, ast.Attribute) else node.name if isinstance(node, ast.alias)
                 else node.name if node in methods else None)

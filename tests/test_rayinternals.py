@@ -92,8 +92,9 @@ def test_tune_controller_save_to_dir_writes_what_ours_writes(controller):
 
 
 def test_training_run_metadata_update_metric_keeps_statistics_only_for_numbers_read():
-    assert _params(_TrainingRunMetadata.update_metric) == [("self", inspect.Parameter.empty), ("metric", inspect.Parameter.empty),
-                                                           ("value", inspect.Parameter.empty), ("step", 1)]
+    empty = inspect.Parameter.empty
+    assert _params(_TrainingRunMetadata.update_metric) == [("self", empty), ("metric", empty), ("value", empty),
+                                                           ("step", 1)]
     plain = _TrainingRunMetadata()
     plain.update_metric("rss_mb", 10.0)
     assert "rss_mb" in plain.metric_analysis  # what the patch saves: Ray keeps every numeric key
@@ -198,8 +199,8 @@ import tuning
 from tuning import Space, Uniform, backend
 root = list(logging.getLogger().handlers)
 optuna_level = logging.getLogger("optuna").level
-backend.RunSpec(space=Space(params={"x": Uniform(0.0, 1.0)}, trainer="tuning.bench.scale:noop"), strategy="tpe", num_samples=1,
-                max_epochs=1, seed=0, cpus_per_trial=1, gpus_per_trial=0, source=None, results_dir=".")
+backend.RunSpec(space=Space(params={"x": Uniform(0.0, 1.0)}, trainer="tuning.bench.scale:noop"), strategy="tpe",
+                num_samples=1, max_epochs=1, seed=0, cpus_per_trial=1, gpus_per_trial=0, source=None, results_dir=".")
 backend.start_ray(num_cpus=1)
 print(json.dumps({"ray": logging.getLogger("ray").level, "root": logging.getLogger().handlers == root,
                   "optuna": logging.getLogger("optuna").level == optuna_level,
@@ -212,3 +213,114 @@ backend.stop_ray()
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen == {"ray": logging.ERROR, "root": True, "optuna": True, "filters": []}
     assert "Started a local Ray instance" not in done.stderr  # the user's ERROR level held through ray.init
+
+
+# Tune's searches and schedulers, as strategies, hyperband, bohb, adaptive and mo use them.
+
+def test_a_restored_variant_generator_goes_on_drawing_more_samples(tmp_path):
+    from ray import tune
+    from ray.tune.search import BasicVariantGenerator
+
+    gen = BasicVariantGenerator(random_state=0)
+    gen.add_configurations([tune.Experiment("e", run=lambda config: None, config={"x": tune.uniform(0, 1)},
+                                            num_samples=2, storage_path=str(tmp_path))])
+    first = [gen.next_trial() for _ in range(3)]
+    assert first[2] is None and gen.is_finished()
+    adopted = []
+    rayinternals.add_samples(gen, 2, adopt_as=adopted.append)
+    assert not gen.is_finished() and adopted == rayinternals.iterators(gen)[-1:]
+    assert isinstance(adopted[0], rayinternals.TrialIterator)
+    more = [gen.next_trial() for _ in range(3)]
+    assert more[2] is None and gen.is_finished()
+    configs = [t.config["x"] for t in first[:2] + more[:2]]
+    assert len(set(configs)) == 4  # the random stream went on: new configurations
+
+
+def test_adopt_makes_rays_object_a_subclass_keeping_its_state(tmp_path):
+    class Mine(rayinternals.TrialIterator):
+        pass
+
+    it = rayinternals.TrialIterator(uuid_prefix="u", num_samples=1, unresolved_spec={"config": {}})
+    rayinternals.adopt(it, Mine, params={"a": 1})
+    assert type(it) is Mine and it.params == {"a": 1} and it.uuid_prefix == "u"
+
+
+def test_a_restored_search_generator_goes_on_to_more_trials():
+    from ray.tune.search import SearchGenerator, Searcher
+
+    gen = SearchGenerator(Searcher(metric="loss", mode="min"))
+    gen.set_finished()
+    rayinternals.add_suggestions(gen, 3)
+    assert not gen.is_finished() and gen._total_samples == gen._counter + 3
+
+
+def test_asha_rungs_and_the_schedulers_objective():
+    from ray.tune.schedulers import ASHAScheduler
+
+    asha = ASHAScheduler(metric="loss", mode="min", max_t=9, grace_period=1, reduction_factor=3)
+    assert rayinternals.objective(asha) == ("training_iteration", "loss", -1.0)
+    assert [[m for m, _ in rayinternals.rungs(b)] for b in rayinternals.asha_brackets(asha)] == [[9, 3, 1]]
+    rayinternals.rungs(rayinternals.asha_brackets(asha)[0])[1][1]["t1"] = -0.5  # a rung rebuilt on a resume
+    assert asha._brackets[0]._rungs[1][1] == {"t1": -0.5}
+
+
+def test_the_median_rules_results_and_its_too_few_others_hook():
+    asked = []
+
+    class Going(rayinternals.MedianStoppingRule):
+        def too_few_others(self, tune_controller, trial, time):
+            asked.append(time)
+            return "CONTINUE"
+
+    rule = Going(metric="loss", mode="min")
+    assert rayinternals.median_results(rule) == {} and rayinternals.objective(rule) == ("time_total_s", "loss", -1.0)
+    assert rule._on_insufficient_samples(None, object(), 3.0) == "CONTINUE" and asked == [3.0]
+    assert "self._on_insufficient_samples(" in inspect.getsource(ray.tune.schedulers.MedianStoppingRule.on_trial_result)
+
+
+def test_hyperband_brackets_and_hooks_under_public_names():
+    from ray.tune.schedulers import HyperBandScheduler
+
+    made, unpaused = [], []
+
+    class Bands(rayinternals.HyperBand):
+        def create_bracket(self, s):
+            made.append(s)
+            return rayinternals.Bracket(**self.bracket_settings(s), s=s)
+
+        def unpause_trial(self, tune_controller, trial):
+            unpaused.append(trial)
+
+    bands = Bands(metric="loss", mode="min", max_t=9, reduction_factor=3)
+    assert (bands.band, bands.brackets_per_band, bands.bands, bands.trial_brackets) == (0, 3, [[]], {})
+    assert bands.first_budget(2) == 1 and bands.first_budget(0) == 9
+    bracket = bands._create_bracket(2)  # what Tune calls when a trial opens a bracket
+    assert made == [2] and (bracket.quota, bracket.first_budget, bracket.budget) == (9, 1, 1)
+    trial = object()
+    bracket.add_trial(trial)
+    assert bracket.all_trials == [trial] and trial in bracket.live_trials
+    bands._unpause_trial(None, trial)
+    assert unpaused == [trial]
+    assert "self._create_bracket(" in inspect.getsource(HyperBandScheduler.on_trial_add)
+    assert _params(HyperBandScheduler._process_bracket)[:3] == [("self", inspect.Parameter.empty),
+                                                                ("tune_controller", inspect.Parameter.empty),
+                                                                ("bracket", inspect.Parameter.empty)]
+
+
+def test_tune_bohb_makes_its_model_through_the_hook_and_jobs_are_what_hpbandster_reads():
+    import ConfigSpace
+
+    space = ConfigSpace.ConfigurationSpace(seed=0)
+    space.add(ConfigSpace.UniformFloatHyperparameter("x", 0.0, 1.0))
+    made = []
+
+    class Model(rayinternals.tune_bohb()):
+        def make_model(self, config_space, settings):
+            made.append(config_space)
+            return super().make_model(config_space, settings)
+
+    search = Model(space=space, metric="loss", mode="min", seed=0)
+    assert made == [space] and search.config_space is space and search.sign == 1.0
+    job = rayinternals.bohb_job(0.5, 3, {"x": 0.1})
+    search.bohber.new_result(job)  # HpBandSter's model takes it
+    assert job.result["loss"] == 0.5 and job.kwargs == {"budget": 3, "config": {"x": 0.1}}

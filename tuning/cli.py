@@ -151,7 +151,8 @@ class _DropNoise(logging.Filter):
     NOISE = ("Token authentication is enabled", "Generated new authentication token",
              "Checkpoint successfully created", "Started a local Ray instance",
              "Wrote the latest version of all result files",
-             # A comparison run keeps its rows in a recorder, not in per-trial result files.
+             # The bench's raw tune.run, its result files off as ours are (tuning's own runs do not
+             # read them back: tuning/backend/snapshots.py).
              "Failed to fetch metrics for", "Could not fetch metrics for")
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -1,23 +1,21 @@
 """Every use of Ray's private API in tuning, in one room: what a Ray upgrade could break.
 
 Each section names what it patches or reads, the Ray version it was written against (WRITTEN_FOR)
-and why it exists; tests/test_rayinternals.py has a test per target that fails when Ray changes it
-(the name is gone, its signature changed, or the behaviour the patch relies on no longer holds).
-The other modules call the functions and classes here, never Ray's private names (tests/test_layout.py
-holds that).
+and why; tests/test_rayinternals.py has a test per target that fails when Ray changes it (the name is
+gone, its signature changed, or the behaviour relied on no longer holds). Other modules call the
+functions and classes here, never Ray's private names (tests/test_layout.py holds that).
 
 On another Ray major.minor this module logs one warning at import instead of refusing to run:
-pyproject pins ``ray[tune]==2.60.*``, so a different Ray is somebody's deliberate choice (an
-upgrade being tried), and that person needs tuning to run far enough to see what broke; a patch
-whose target is gone raises RayChanged (one line) when it is applied, and the tests say which
-of the others changed.
-
-Imported lazily by tuning.backend's modules (it imports Ray).
-"""
+pyproject pins ``ray[tune]==2.60.*``, so a different Ray is somebody's deliberate choice (an upgrade
+being tried), who needs tuning to run far enough to see what broke; a patch whose target is gone
+raises RayChanged (one line) when applied, and the tests say which others changed. Imported lazily
+by tuning.backend's modules (it imports Ray)."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import json
 import logging
 import os
@@ -32,6 +30,10 @@ from ray._common.usage.usage_lib import TagKey, record_extra_usage_tag
 from ray.tune import CLIReporter, ExperimentAnalysis
 from ray.tune.execution import class_cache
 from ray.tune.execution.tune_controller import TuneController
+from ray.tune.schedulers import HyperBandForBOHB
+from ray.tune.schedulers import MedianStoppingRule as _MedianStoppingRule
+from ray.tune.schedulers.hyperband import _Bracket
+from ray.tune.search.basic_variant import _TrialIterator
 from ray.tune.trainable.metadata import _TrainingRunMetadata
 
 from tuning.cli import TuningError
@@ -224,17 +226,9 @@ class Reporter(CLIReporter):
         """The best trial as the "Current best trial" line shows it (None: no best yet)."""
         return best
 
-    @property
-    def metric(self) -> str | None:
-        return self._metric
-
-    @property
-    def mode(self) -> str | None:
-        return self._mode
-
-    @property
-    def parameters(self) -> list[str]:
-        return list(self._parameter_columns)
+    metric = property(lambda self: self._metric)
+    mode = property(lambda self: self._mode)
+    parameters = property(lambda self: list(self._parameter_columns))  # the parameter columns
 
     def sort_finished_by_metric(self, on: bool) -> None:
         """Whether the table sorts finished trials by the metric (until changed again)."""
@@ -259,3 +253,147 @@ def tell_optuna(search, trial_id: str, state) -> None:
     """Tell Optuna that `trial_id` ended in `state` (an optuna TrialState), and `search` that it was told."""
     search._ot_study.tell(search._ot_trials[trial_id], state=state)
     search._completed_trials.add(trial_id)
+
+
+# ---------------------------------------------------------------- Tune's searches and schedulers
+# Ray 2.60. What tuning/backend/strategies.py, hyperband.py, bohb.py, adaptive.py and mo.py read of
+# Tune's searches and schedulers, and the private hooks they override, under public names: those
+# modules move onto these (tests/test_layout.py, NOT_YET_MOVED). Why each is used: in those modules
+# (an extension's new trials, rungs rebuilt on a resume, Hyperband's brackets that close, BOHB's
+# model fed every rung result, conditional trials).
+
+
+def adopt(obj, cls: type, **attrs) -> None:
+    """Make an object Ray built itself (a trial iterator, a bracket) an instance of `cls`, a subclass
+    of its own class, with `attrs`: what it holds (random stream, position, rungs) stays as it is."""
+    obj.__class__ = cls
+    for name, value in attrs.items():
+        setattr(obj, name, value)
+
+
+TrialIterator = _TrialIterator  # BasicVariantGenerator's trials of one spec
+
+
+def iterators(search) -> list:  # a BasicVariantGenerator's, one per spec
+    return search._iterators
+
+
+def add_samples(search, n: int, per_sample: int = 1, adopt_as: Callable | None = None) -> None:
+    """A restored BasicVariantGenerator goes on to `n` more samples of its last spec (`per_sample`
+    trials each), from where its random stream stopped; `adopt_as(iterator)` before it is used."""
+    more = _TrialIterator(uuid_prefix=search._uuid_prefix, num_samples=n,
+                          unresolved_spec=search._iterators[-1].unresolved_spec, start=search._total_samples,
+                          random_state=search._random_state)
+    if adopt_as is not None:
+        adopt_as(more)
+    search._iterators.append(more)
+    search._trial_generator = itertools.chain(search._trial_generator, more)
+    search._total_samples += n * per_sample
+    search._finished = False
+
+
+def add_suggestions(search, n: int) -> None:
+    """A restored SearchGenerator goes on to `n` more trials than it had created."""
+    search._total_samples, search._finished = search._counter + n, False
+
+
+def objective(scheduler) -> tuple[str, str, float]:
+    """(time attribute, metric, sign) of an ASHA, median or Hyperband scheduler: sign * value grows
+    with better values."""
+    sign = getattr(scheduler, "_metric_op", None)  # the median rule keeps only its mode
+    sign = sign if sign is not None else 1.0 if scheduler._mode == "max" else -1.0
+    return scheduler._time_attr, scheduler._metric, sign
+
+
+def asha_brackets(scheduler) -> list:  # an AsyncHyperBandScheduler's
+    return scheduler._brackets
+
+
+def rungs(bracket) -> list[tuple[float, dict]]:
+    """An ASHA bracket's rungs: (milestone, {trial id: sign * value}), which may be written to."""
+    return bracket._rungs
+
+
+def median_results(scheduler) -> dict:
+    """A MedianStoppingRule's results per trial, which may be written to."""
+    return scheduler._results
+
+
+class MedianStoppingRule(_MedianStoppingRule):
+    def _on_insufficient_samples(self, tune_controller, trial, time):
+        return self.too_few_others(tune_controller, trial, time)
+
+    def too_few_others(self, tune_controller, trial, time) -> str:
+        """What a trial with too few others at its time does (Ray's own: pause, now and then)."""
+        return super()._on_insufficient_samples(tune_controller, trial, time)
+
+
+class Bracket(_Bracket):
+    """A synchronous Hyperband bracket, with what tuning reads of it under public names."""
+
+    all_trials = property(lambda self: self._all_trials)  # every trial it was given
+    live_trials = property(lambda self: self._live_trials)
+    quota = property(lambda self: self._n0)  # trials it takes
+    first_budget = property(lambda self: self._r0)
+    budget = property(lambda self: self._cumul_r)  # its current rung's
+
+
+class HyperBand(HyperBandForBOHB):
+    """Tune's synchronous Hyperband, its private hooks under public names."""
+
+    def _create_bracket(self, s: int):
+        return self.create_bracket(s)
+
+    def create_bracket(self, s: int):
+        return super()._create_bracket(s)
+
+    def bracket_settings(self, s: int) -> dict:
+        """Ray's arguments for the s-th bracket of the current band."""
+        return dict(time_attr=self._time_attr, max_trials=self._get_n0(s), init_t_attr=self._get_r0(s),
+                    max_t_attr=self._max_t_attr, eta=self._eta, stop_last_trials=self._stop_last_trials)
+
+    def first_budget(self, s: int) -> float:
+        return self._get_r0(s)
+
+    band = property(lambda self: self._state["band_idx"])
+    brackets_per_band = property(lambda self: self._s_max_1)
+    bands = property(lambda self: self._hyperbands)  # lists of brackets (None where not opened)
+    trial_brackets = property(lambda self: self._trial_info)  # trial -> (bracket, band)
+
+    def decide(self, tune_controller, bracket) -> str:
+        """Ray's decision for a bracket whose rung may be complete."""
+        return self._process_bracket(tune_controller, bracket)
+
+    def _unpause_trial(self, tune_controller, trial):
+        return self.unpause_trial(tune_controller, trial)
+
+    def unpause_trial(self, tune_controller, trial) -> None:
+        super()._unpause_trial(tune_controller, trial)
+
+
+def bohb_job(loss: float, budget: float, config: dict):
+    """One result in the job form HpBandSter's model reads, as TuneBOHB hands it over."""
+    from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper  # imports HpBandSter: only for BOHB
+
+    return _BOHBJobWrapper(loss, budget, config)
+
+
+@functools.cache
+def tune_bohb() -> type:
+    """Ray's TuneBOHB, its model made by make_model(space, settings) (Ray's: BOHB(space, **settings))
+    and its settings as config_space and sign (sign * value is a loss). A function: importing it
+    imports HpBandSter and ConfigSpace (a second), which only BOHB's strategies need."""
+    from ray.tune.search.bohb import TuneBOHB
+
+    class Searcher(TuneBOHB):
+        def _setup_bohb(self):
+            super()._setup_bohb()
+            self.bohber = self.make_model(self._space, self._bohb_config or {})
+
+        def make_model(self, space, settings: dict):
+            return self.bohber
+
+        config_space = property(lambda self: self._space)
+        sign = property(lambda self: self._metric_op)
+
+    return Searcher
