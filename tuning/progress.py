@@ -9,8 +9,10 @@ The planned total is what the strategy will train if every trial runs as planned
   below the median, which no arithmetic tells in advance;
 - ASHA: successive halving's expected cost, n trials at the first rung and 1/rf of them promoted
   at each next one (ASHA promotes asynchronously, so a run can differ a little either way);
-- Hyperband, BOHB and tpe: the brackets the trials fill, each with its own rungs, exactly as
-  tuning/backend/hyperband.py opens them (largest bracket first, band after band).
+- Hyperband and BOHB: the brackets the trials fill, each with its own rungs, exactly as
+  tuning/backend/hyperband.py opens them (largest bracket first, band after band);
+- tpe: ASHA's expected cost in each of its asynchronous brackets (async_brackets), weighted by the
+  share of trials Tune draws into each.
 
 While trials run, the count never reaches the plan: every trial running or waiting trains at least
 one more epoch, so the live plan is at least the epochs done plus those, and the line says why it
@@ -49,6 +51,18 @@ def halving_epochs(n: float, points: list[int], rf: int) -> float:
     return total
 
 
+def async_brackets(first: float, max_t: int, rf: int) -> list[tuple[float, list[int]]]:
+    """(share of trials, rungs) of each bracket of Tune's asynchronous Hyperband as tpe runs it
+    (tuning/backend/tpe.py): as many brackets as Optuna's HyperbandPruner makes, floor(log_rf(max_t
+    / first)) + 1, bracket s judging trials from first * rf^s on (the last one: none, every trial to
+    max_t). Tune draws each trial's bracket with probability e^(its rungs - the most rungs),
+    normalised (AsyncHyperBandScheduler.on_trial_add, Ray 2.60)."""
+    n = int(math.floor(math.log(max_t / first, rf) + 1e-9)) + 1 if max_t > first else 1
+    points = [rungs(first * rf ** s, max_t, rf) for s in range(n)]
+    weights = [math.exp(len(p) - max(map(len, points))) for p in points]
+    return [(w / sum(weights), p) for w, p in zip(weights, points)]
+
+
 def hyperband_brackets(max_t: int, eta: int) -> list[tuple[int, int]]:
     """(n0, r0) of one band's brackets, largest first, as Ray sizes them and PaperHyperBand opens
     them: n0 = ceil(s_max_1 / (s + 1) * eta^s), r0 = int(max_t * eta^-s)."""
@@ -76,6 +90,10 @@ def planned_epochs(strategy: str, *, trials: int, max_epochs: int, grace_period:
     if strategy == "asha":
         first = min(grace_period, max_epochs)
         return int(round(halving_epochs(trials, rungs(first, max_epochs, reduction_factor), reduction_factor)))
+    if strategy == "tpe":
+        first = min(grace_period, max_epochs)
+        return int(round(sum(halving_epochs(trials * share, points, reduction_factor)
+                             for share, points in async_brackets(first, max_epochs, reduction_factor))))
     total, left = 0, trials
     while left > 0:  # band after band until the trials run out; the last bracket may be partial
         for n0, r0 in hyperband_brackets(max_epochs, reduction_factor):

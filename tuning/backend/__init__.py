@@ -143,7 +143,7 @@ def run(spec: RunSpec) -> tuple[list[dict], bool]:
               if spec.time_budget_s is not None else None)
     config, search_alg, scheduler = strategies.build(spec, budget)
     if spec.resume and hasattr(scheduler, "rebuild"):  # Tune saves no scheduler state: ASHA's rungs, median's results
-        log.info("%s rebuilt from %d earlier results", "ASHA's rungs" if spec.strategy == "asha" else
+        log.info("%s rebuilt from %d earlier results", "ASHA's rungs" if spec.strategy in ("asha", "tpe") else
                  "the median rule's results", scheduler.rebuild(results.read_rows(spec.rows_file)))
     # Ctrl-C: tune.run catches the first SIGINT, saves the experiment and returns; its handler
     # puts back the one it found, which is how we can tell afterwards that the run was cut short.

@@ -339,6 +339,17 @@ def build(spec, budget=None):
         search = RandomSearch(random_state=seed, more=more, points_to_evaluate=spec.warm_points or None,
                               space=space)
         config = to_tune(space)
+    elif strategy == "tpe":  # Optuna's TPE under asynchronous Hyperband brackets (tuning/backend/tpe.py)
+        from tuning import progress
+        from tuning.backend import tpe
+
+        first = min(space.grace_period, spec.max_epochs)
+        np.random.seed(seed + spec.extension)  # Tune draws each trial's bracket from numpy's global generator
+        scheduler = Asha(metric=space.metric, mode=space.mode, max_t=spec.max_epochs, grace_period=first,
+                         reduction_factor=space.reduction_factor,
+                         brackets=len(progress.async_brackets(first, spec.max_epochs, space.reduction_factor)))
+        search = SearcherSearch(tpe.searcher(space, seed, spec.max_epochs, spec.warm_points), more=more)
+        config = {}
     elif strategy in ("hyperband", "bohb", "adaptive", "tpe"):
         model = None
         if strategy == "tpe":
