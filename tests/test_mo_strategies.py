@@ -153,7 +153,7 @@ def test_mo_asha_decides_every_rung_by_fronts_in_a_real_run(ray_here, tmp_path):
     space = tradeoff_space(strategy="asha", num_samples=12, max_epochs=4, grace_period=1, reduction_factor=2)
     got = {}
     spec = backend.RunSpec(space=space, strategy="asha", num_samples=12, max_epochs=4, seed=2, cpus_per_trial=1,
-                           gpus_per_trial=0, source=None, results_dir=tmp_path, progress=False,
+                           gpus_per_trial=0, source=None, results_dir=tmp_path, progress=True,  # its table too
                            snapshot_every_step=False, on_search=lambda a, s: got.update(asha=s))
     backend.run(spec)
     scheduler, rows = got["asha"], results.read_rows(tmp_path / results.ROWS_FILE)
@@ -176,7 +176,7 @@ def test_mo_asha_decides_every_rung_by_fronts_in_a_real_run(ray_here, tmp_path):
     assert {d[1] for d in scheduler.decisions()} == set(rows)
 
 
-@pytest.mark.parametrize("strategy", ["hyperband", "bohb", "adaptive"])
+@pytest.mark.parametrize("strategy", ["hyperband", "bohb", pytest.param("adaptive", marks=pytest.mark.slow)])
 def test_hyperband_bohb_and_adaptive_search_two_objectives_to_a_non_dominated_front(ray_here, tmp_path, strategy):
     space = tradeoff_space(strategy=strategy, num_samples=14, max_epochs=4, reduction_factor=2)
     result = tuning.search(None, space, seed=4, results_dir=tmp_path / "r")
@@ -203,7 +203,7 @@ def _stopped_past_the_bound(folder) -> tuple[int, int]:
     return len(crossed), early
 
 
-@pytest.mark.parametrize("strategy", ["random", "asha", "bohb"])
+@pytest.mark.parametrize("strategy", ["random", pytest.param("asha", marks=pytest.mark.slow), "bohb"])
 def test_a_trial_past_the_bound_of_a_growing_metric_stops_there(ray_here, tmp_path, strategy):
     space = _growing_space(("<=", 4, "grows"), strategy)
     result = tuning.search(None, space, seed=0, results_dir=tmp_path / "r")

@@ -306,6 +306,7 @@ def test_an_extended_mo_asha_rebuilds_its_rungs_with_every_objective(ray_here, t
     assert {d[1] for d in got["asha"].decisions()} >= new  # the new ones decided against all nine
 
 
+@pytest.mark.slow  # three runs; the default suite extends MO-ASHA (above) and tpe
 def test_bohb_carries_every_objective_through_add_samples_and_warm_start(ray_here, tmp_path):
     from tuning import growth
     from tuning.backend import mo

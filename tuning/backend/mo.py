@@ -170,17 +170,9 @@ class FrontAsha(StopGrown):
     def decisions(self) -> list[tuple]:
         return [d for bracket in self._brackets for d in bracket.decisions]
 
-    def rebuild(self, rows: dict[str, list[dict]]) -> int:
-        """Every earlier trial's point at each rung it reached (Tune saves no scheduler state)."""
-        recorded = 0
-        for bracket in self._brackets:
-            for milestone, rung in bracket._rungs:
-                for trial_id, trial_rows in rows.items():
-                    row = next((r for r in trial_rows if r.get(self._time_attr) == milestone), None)
-                    if row is not None and self.rule.objectives.keys() & row.keys():
-                        rung[trial_id] = self.rule.point(row)
-                        recorded += 1
-        return recorded
+    def _rung_value(self, row: dict):
+        # A resume rebuilds the rungs (strategies.Asha.rebuild) with each earlier result's point.
+        return self.rule.point(row) if self.rule.objectives.keys() & row.keys() else None
 
 
 # ---------------------------------------------------------------- Hyperband and BOHB

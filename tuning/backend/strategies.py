@@ -89,11 +89,16 @@ class Asha(TimeGate, InOrder, ASHAScheduler):
             for milestone, rung in bracket._rungs:
                 for trial_id, trial_rows in rows.items():
                     row = next((r for r in trial_rows if r.get(self._time_attr) == milestone), None)
-                    value = None if row is None else row.get(self._metric)
-                    if isinstance(value, (int, float)) and np.isfinite(value):
-                        rung[trial_id] = self._metric_op * value
+                    value = None if row is None else self._rung_value(row)
+                    if value is not None:
+                        rung[trial_id] = value
                         recorded += 1
         return recorded
+
+    def _rung_value(self, row: dict):
+        """What a rung records of a result (None: nothing): the metric, larger is better."""
+        value = row.get(self._metric)
+        return self._metric_op * value if isinstance(value, (int, float)) and np.isfinite(value) else None
 
 
 class MoAsha(mo.FrontAsha, Asha):
