@@ -87,11 +87,23 @@ def test_several_objectives_name_the_first_as_the_metric_and_survive_run_json():
     (dict(constraints={"peak_mem_gb": (">=", 4, "grows")}), "only be 'grows', on a '<=' bound"),
     (dict(constraints={"peak_mem_gb": ("<=", 4, "increasing")}), "only be 'grows', on a '<=' bound"),
     (dict(constraints={"peak_mem_gb": ("<=", 4, "grows", True)}), "('<=', bound, 'grows') for a metric that only"),
+    (dict(objectives=TWO, reference_point=[2.0]), "has 1 values for 2 objectives (loss, latency_ms)"),
+    (dict(objectives=TWO, reference_point={"loss": 2.0}), "give one value for each objective, loss, latency_ms"),
+    (dict(objectives=TWO, reference_point=[2.0, math.nan]), "give one finite number per objective"),
+    (dict(objectives=TWO, reference_point=2.0), "a dict by objective or a list in their order"),
+    (dict(reference_point=[2.0]), "is for several objectives; this space has 1"),
 ])
 def test_a_bad_declaration_is_one_line_at_once(kw, needle):
     with pytest.raises(SpaceError) as err:
         Space(params=PARAMS, trainer="user_trainers:tradeoff", **kw)
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_reference_point_is_kept_by_objective_and_survives_run_json():
+    by_name = tradeoff_space(reference_point={"latency_ms": 12, "loss": 2})
+    assert by_name.reference_point == {"loss": 2.0, "latency_ms": 12.0} == tradeoff_space(reference_point=[2, 12]).reference_point
+    assert spaces.from_json(json.loads(json.dumps(spaces.to_json(by_name)))) == by_name
+    assert "reference_point" not in spaces.to_json(tradeoff_space())  # a run that declares none reads as before
 
 
 def test_a_metric_that_only_grows_is_declared_by_a_third_item_and_survives_run_json():

@@ -165,6 +165,31 @@ def of(space) -> dict[str, str]:
     return dict(space.objectives) if space.objectives else {space.metric: space.mode}
 
 
+def reference_point(point, objectives: dict | None) -> dict | None:
+    """A declared reference point for hypervolume, as {objective: value} in the objectives' order,
+    or ValueError saying what to change. Taken as a dict by objective or a list in their order."""
+    if point is None:
+        return None
+    names = list(objectives or {})
+    if len(names) < 2:
+        raise ValueError(f"reference_point={point!r} is for several objectives; this space has "
+                         f"{len(names) or 1}: declare objectives= first, or drop reference_point")
+    if isinstance(point, dict):
+        if set(point) != set(names):
+            raise ValueError(f"reference_point={point!r}: give one value for each objective, {', '.join(names)}")
+        values = [point[k] for k in names]
+    elif isinstance(point, (list, tuple)):
+        values = list(point)
+    else:
+        raise ValueError(f"reference_point={point!r}: a dict by objective or a list in their order, "
+                         f"e.g. {dict.fromkeys(names, 1.0)}")
+    if len(values) != len(names) or not all(isinstance(v, numbers.Real) and not isinstance(v, bool)
+                                            and math.isfinite(v) for v in values):
+        raise ValueError(f"reference_point={point!r} has {len(values)} values for {len(names)} objectives "
+                         f"({', '.join(names)}): give one finite number per objective")
+    return dict(zip(names, map(float, values)))
+
+
 def multi(space) -> bool:
     """Whether trials are ranked by more than one metric: several objectives, or a constraint."""
     return bool(space.objectives)

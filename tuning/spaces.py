@@ -301,6 +301,9 @@ class Space:
     # constraints={"peak_mem_gb": ("<=", 4)}. metric and mode then name the first objective.
     objectives: dict | None = None
     constraints: dict = field(default_factory=dict)
+    # The point hypervolume is measured from in the run's report and MLflow (docs/results.md): one
+    # value per objective, worse than any result you care about; None: derived from the results.
+    reference_point: dict | list | None = None
 
     def __post_init__(self):
         if self.strategy not in STRATEGIES:
@@ -311,6 +314,11 @@ class Space:
             raise SpaceError(str(exc)) from None
         for name, value in zip(("metric", "mode", "objectives", "constraints"), declared):
             object.__setattr__(self, name, value)
+        try:
+            object.__setattr__(self, "reference_point",
+                               objective_rules.reference_point(self.reference_point, self.objectives))
+        except ValueError as exc:
+            raise SpaceError(str(exc)) from None
         if not self.params:
             raise SpaceError("a space needs at least one parameter")
         for key, p in self.params.items():
@@ -565,7 +573,7 @@ _SETTINGS = ("strategy", "metric", "mode", "num_samples", "grid_repeats", "grid"
 
 
 # Written only where a space declares them, so a single-metric run's record reads as it always did.
-_OBJECTIVES = ("objectives", "constraints")
+_OBJECTIVES = ("objectives", "constraints", "reference_point")
 
 
 def to_json(space: Space) -> dict:
