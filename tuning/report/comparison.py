@@ -283,7 +283,7 @@ def write_report(out_dir: Path) -> dict:
     if exp.get("objectives"):  # several objectives, or constraints: hypervolume, not regret
         from tuning.report import mocompare
 
-        return mocompare.write_report(out_dir, runs, exp, prov)
+        return mocompare.write_report(out_dir, runs, exp, prov, _verdicts)
     summary = summarize(runs, exp)
     ylabel = "regret" if exp.get("regret") else exp.get("metric", "loss")
     figures = {"anytime": plot_anytime(runs, exp, summary["strategies"], summary["sign"], ylabel,

@@ -133,8 +133,9 @@ def summarize(runs: pd.DataFrame, exp: dict) -> dict:
                           "median_reference": base.median(), "delta_median": hv.median() - base.median(),
                           "p": float(stats.mannwhitneyu(hv, base, alternative="two-sided").pvalue),
                           "min_p": min(1.0, 2 / math.comb(len(hv) + len(base), len(hv)))})
-    return {"per_run": pr, "table": pd.DataFrame(table), "tests": pd.DataFrame(tests), "strategies": strategies,
-            "reference": ref, "peers": exp.get("peers") or []}
+    # sign -1: a higher hypervolume is better; no target, so no speed-up
+    return {"per_run": pr, "table": pd.DataFrame(table).assign(speedup=math.nan), "tests": pd.DataFrame(tests),
+            "strategies": strategies, "reference": ref, "peers": exp.get("peers") or [], "sign": -1}
 
 
 # ---------------------------------------------------------------- figures
@@ -195,24 +196,7 @@ def plot_fronts(runs: pd.DataFrame, exp: dict, summary: dict, path: Path) -> Pat
 
 # ---------------------------------------------------------------- text
 
-def _verdicts(summary: dict) -> list[str]:
-    out, ref = [], summary["reference"]
-    for _, r in summary["tests"].iterrows():
-        nums = f"median {number(r['median'])} vs {number(r['median_reference'])}, p={r['p']:.2g}"
-        shown = label(r["strategy"], summary["peers"])
-        if r["p"] < ALPHA:
-            text = (f"{shown}: final hypervolume {'higher' if r['delta_median'] > 0 else 'lower'} than {ref}'s "
-                    f"({nums}), so {'better' if r['delta_median'] > 0 else 'worse'} than {ref} at this budget.")
-        else:
-            text = f"{shown}: no significant difference from {ref} ({nums})."
-            if r["min_p"] >= ALPHA:
-                text += (f" With {r['n']} and {r['n_reference']} seeds the test cannot give p below "
-                         f"{r['min_p']:.2g}, so more seeds are needed to show any difference.")
-        out.append(text)
-    return out
-
-
-def _blocks(runs, exp, prov, summary, figures) -> list[tuple]:
+def _blocks(runs, exp, prov, summary, figures, verdicts) -> list[tuple]:
     ways, true = exp["objectives"], exp.get("true_hypervolume")
     seeds = sorted(runs["seed"].unique())
     t = summary["table"]
@@ -255,7 +239,7 @@ def _blocks(runs, exp, prov, summary, figures) -> list[tuple]:
             f"n {ref}": tests["n_reference"], "median final hypervolume": [number(v) for v in tests["median"]],
             f"{ref}'s median": [number(v) for v in tests["median_reference"]],
             "difference of medians": [number(v) for v in tests["delta_median"]],
-            "p (Mann-Whitney U, two-sided)": [f"{v:.2g}" for v in tests["p"]]})), ("ul", _verdicts(summary))]
+            "p (Mann-Whitney U, two-sided)": [f"{v:.2g}" for v in tests["p"]]})), ("ul", verdicts(summary, "hypervolume"))]
     if "front" in figures:
         blocks += [("h2", "The fronts found"), ("img", figures["front"], "fronts")]
     blocks += [("h2", "Provenance"), ("table", pd.DataFrame(list(flatten(prov)), columns=["key", "value"]))
@@ -263,15 +247,17 @@ def _blocks(runs, exp, prov, summary, figures) -> list[tuple]:
     return blocks
 
 
-def write_report(out_dir: Path, runs: pd.DataFrame, exp: dict, prov: dict | None) -> dict:
+def write_report(out_dir: Path, runs: pd.DataFrame, exp: dict, prov: dict | None, verdicts) -> dict:
     """report.md, report.html, the figures and finals.csv (one row per run: its final hypervolume,
     and `final`, what the summary over tasks ranks by, lower better: the hypervolume regret where the
-    true front is known, else minus the hypervolume)."""
+    true front is known, else minus the hypervolume). verdicts(summary, unit): the single-metric
+    report's sentences of the tests (tuning.report.comparison), which read summary's sign (-1: higher
+    is better) and its table's speed-ups (none here)."""
     summary = summarize(runs, exp)
     figures = {"anytime": plot_anytime(runs, exp, summary, out_dir / FIGURES["anytime"]),
                "front": plot_fronts(runs, exp, summary, out_dir / FIGURES["front"])}
     figures = {k: v for k, v in figures.items() if v is not None}
-    blocks = _blocks(runs, exp, prov, summary, figures)
+    blocks = _blocks(runs, exp, prov, summary, figures, verdicts)
     md, page = out_dir / "report.md", out_dir / "report.html"
     results.write_text(md, render_markdown(blocks))
     results.write_text(page, render_html(blocks, blocks[0][1]))
