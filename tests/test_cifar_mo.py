@@ -14,18 +14,10 @@ import torch
 from torch import nn
 
 from conftest import run_cli
-from tuning import data, objectives, spaces, trainer
+from test_cifar_wide import tiny  # noqa: F401  (a fixture: 256 training and 64 validation images of noise)
+from tuning import objectives, spaces, trainer
 
 TINY = dict(lr=1e-2, batch_size=64, width=4, seed=3)  # about a second a run on 2 CPUs
-
-
-@pytest.fixture(scope="module")
-def tiny():
-    """256 training and 64 validation images of noise: enough for a few real steps."""
-    torch.set_num_threads(2)
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(320, 3, 32, 32, generator=g), torch.randint(0, 10, (320,), generator=g)
-    return data.Split(x[:256], y[:256]), data.Split(x[256:], y[256:])
 
 
 def _count(model: nn.Module) -> int:
