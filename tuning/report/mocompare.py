@@ -158,7 +158,7 @@ def plot_anytime(runs: pd.DataFrame, exp: dict, summary: dict, path: Path) -> Pa
     ax.set_ylabel("hypervolume of the feasible full-budget results")
     ax.grid(True, alpha=0.3)
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=3, title="strategy (seeds)")
-    fig.suptitle(f"{exp.get('benchmark', '')}: hypervolume against budget, mean ± standard error over seeds")
+    fig.suptitle(f"{exp.get('benchmark', '')}: hypervolume against budget\nmean ± standard error over seeds")
     fig.savefig(path, dpi=100)
     return path
 
@@ -189,7 +189,7 @@ def plot_fronts(runs: pd.DataFrame, exp: dict, summary: dict, path: Path) -> Pat
     ax.set_ylabel(f"{names[1]} ({exp['objectives'][names[1]]})")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    fig.suptitle("Every feasible full-budget result, all seeds pooled; lines: each strategy's pooled front")
+    fig.suptitle("Every feasible full-budget result, all seeds pooled\nlines: each strategy's front over its seeds")
     fig.savefig(path, dpi=100)
     return path
 
