@@ -260,6 +260,7 @@ def test_asha_rungs_and_the_schedulers_objective():
     asha = ASHAScheduler(metric="loss", mode="min", max_t=9, grace_period=1, reduction_factor=3)
     assert rayinternals.objective(asha) == ("training_iteration", "loss", -1.0)
     assert [[m for m, _ in rayinternals.rungs(b)] for b in rayinternals.asha_brackets(asha)] == [[9, 3, 1]]
+    assert all(isinstance(b, rayinternals.AsyncBracket) for b in rayinternals.asha_brackets(asha))
     rayinternals.rungs(rayinternals.asha_brackets(asha)[0])[1][1]["t1"] = -0.5  # a rung rebuilt on a resume
     assert asha._brackets[0]._rungs[1][1] == {"t1": -0.5}
 

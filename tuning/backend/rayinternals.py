@@ -32,6 +32,7 @@ from ray.tune.execution import class_cache
 from ray.tune.execution.tune_controller import TuneController
 from ray.tune.schedulers import HyperBandForBOHB
 from ray.tune.schedulers import MedianStoppingRule as _MedianStoppingRule
+from ray.tune.schedulers.async_hyperband import _Bracket as _AsyncBracket
 from ray.tune.schedulers.hyperband import _Bracket
 from ray.tune.search.basic_variant import _TrialIterator
 from ray.tune.trainable.metadata import _TrainingRunMetadata
@@ -183,8 +184,7 @@ def tune_actor_env() -> dict[str, str]:
 
 
 def without_tune_actor_env():
-    """A block in which Tune gives trial actors none of its default variables (the ones it
-    propagates from the driver still go in)."""
+    """A block in which trial actors get none of Tune's defaults (the driver's, it still passes on)."""
     return patched((class_cache, "DEFAULT_ENV_VARS", {}))
 
 
@@ -272,6 +272,7 @@ def adopt(obj, cls: type, **attrs) -> None:
 
 
 TrialIterator = _TrialIterator  # BasicVariantGenerator's trials of one spec
+AsyncBracket = _AsyncBracket  # an AsyncHyperBandScheduler's (ASHA's) bracket: its rungs are rungs(bracket)
 
 
 def iterators(search) -> list:  # a BasicVariantGenerator's, one per spec
