@@ -76,8 +76,8 @@ def _experiment(tmp_path, extra: str) -> str:
 
 @pytest.mark.parametrize("extra,needles", [
     ("tasks=('zdt1',), reference_point=(1.1,)",
-     ("reference point (1.1,) has 1 values but there are 2 objectives (f1 (min), f2 (min))",)),
-    ("reference_point=(1.1, 11, 3)", ("has 3 values but there are 2 objectives",)),
+     ("task zdt1: reference_point=(1.1,) has 1 values for 2 objectives (f1, f2)",)),
+    ("reference_point=(1.1, 11, 3)", ("has 3 values for 2 objectives",)),
     ("tasks=('zdt1', 'zdt2'), reference_point={'zdt1': (1.1, 11)}", ("task zdt2", "need a reference point")),
     ("", ("several objectives need a reference point", "reference_point=(...)")),
 ])
@@ -86,6 +86,17 @@ def test_a_reference_point_of_the_wrong_dimension_or_none_exits_2_and_writes_not
     before = sorted(p.name for p in tmp_path.iterdir())
     refused(capsys, compare.main, [exp, "--out", str(tmp_path / "out")], *needles)
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+def test_without_its_own_the_experiment_takes_the_spaces_reference_point(tmp_path):
+    (tmp_path / "space.py").write_text("from search_spaces.zdt import SPACE as _ZDT\n"
+                                       "SPACE = _ZDT.replace(reference_point={'f2': 12.0, 'f1': 2.0})\n")
+    (tmp_path / "exp.py").write_text("from tuning.compare import Experiment\n"
+                                     f"EXPERIMENT = Experiment(space={str(tmp_path / 'space.py')!r}, budget=2)\n")
+    _, exp = compare.load_experiment(str(tmp_path / "exp"))
+    space, _ = compare.space_of(exp.space)
+    assert compare.several_fields(exp, space, None)["reference_point"] == [2.0, 12.0]  # the objectives' order
+    assert exp.peers == peers.MO_PEERS
 
 
 def test_a_single_objective_peer_on_several_objectives_is_refused(capsys, tmp_path):

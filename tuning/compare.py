@@ -20,137 +20,26 @@ device-hours, regret measured against the best recorded configuration.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import logging
 import math
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from tuning import api, backend, cli, growth, mobench, objectives, peers, replay, results, spaces, tracking
-from tuning.report import comparison as report
-from tuning.report import mocompare
 from tuning.cli import UsageError
+from tuning.experiment import (Experiment, load_experiment, replay_experiment, several_fields, space_of,
+                               trainer_of)
+from tuning.report import comparison as report
 
 if TYPE_CHECKING:  # tuning.data imports torch (3 s): only a CIFAR comparison's driver needs it
     from tuning import data
 
 log = logging.getLogger("tuning.compare")
-
-
-@dataclass(frozen=True)
-class Experiment:
-    space: str  # a module under search_spaces/ (its trainer is the benchmark), or "replay:DIR" (tuning/replay.py)
-    budget: float  # per strategy run, in full evaluations (full trainings' worth of epochs)
-    seeds: tuple = tuple(range(10))
-    strategies: tuple = spaces.STRATEGIES
-    max_epochs: int | None = None  # the space's unless set
-    smoke: dict = field(default_factory=dict)  # overrides under --smoke: budget, seeds, max_epochs, warm_budget, tasks
-    description: str = ""
-    # A strategy named "<strategy>+warm" runs warm-started (tuning.run --warm-start) from an earlier
-    # run of warm_from["strategy"] given warm_from["budget"] full evaluations, on seed + "seed_offset".
-    warm_from: dict | None = None
-    reference: str = "random"  # what the report's targets, speed-ups and tests compare against
-    # Run in process beside the strategies (tuning/peers.py), so every report shows how the service
-    # stands against what a user would pick instead; peers=() for none.
-    peers: tuple = peers.PEERS
-    # Benchmarks (tuning.benchmarks names) to run the space over, each task its own comparison in
-    # <out>/<task>/ and a summary across them (tuning/report/tasks.py); () for the space's trainer.
-    tasks: tuple = ()
-    # Several objectives (tuning/report/mocompare.py): the point each run's hypervolume is measured
-    # against, one value per objective in the space's order; with tasks, a dict of task -> point.
-    reference_point: tuple | dict | None = None
-
-
-def load_experiment(path: str) -> tuple[str, Experiment]:
-    file = Path(path if path.endswith(".py") else f"{path}.py")
-    if not file.is_file():
-        names = sorted(p.stem for p in Path("experiments").glob("*.py") if not p.stem.startswith("_"))
-        raise UsageError(f"no experiment at {file}: available are {', '.join('experiments/' + n for n in names)}")
-    spec = importlib.util.spec_from_file_location(f"experiments.{file.stem}", file)
-    module = importlib.util.module_from_spec(spec)
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:  # a broken declaration is bad input, not a crash
-        raise UsageError(f"{file} does not load: {type(exc).__name__}: {exc}") from None
-    exp = getattr(module, "EXPERIMENT", None)
-    if not isinstance(exp, Experiment):
-        raise UsageError(f"{file} defines no EXPERIMENT = Experiment(...)")
-    unknown = [s for s in exp.strategies if s.removesuffix("+warm") not in spaces.STRATEGIES]
-    if unknown:
-        raise UsageError(f"{file}: strategy {unknown[0]!r} unknown: use any of {', '.join(spaces.STRATEGIES)}"
-                         " (or one of them + '+warm', with warm_from)")
-    if any(s.endswith("+warm") for s in exp.strategies) and not exp.warm_from:
-        raise UsageError(f"{file}: a '+warm' strategy needs warm_from={{'strategy': ..., 'budget': ...}}")
-    try:
-        space, _ = _space(exp.space)
-    except cli.TuningError as exc:  # an unknown space, a folder that is not a finished run
-        raise UsageError(f"{file}: space/benchmark {exp.space!r}: {exc}") from None
-    multi = objectives.multi(space)
-    exp = dataclasses.replace(exp, peers=peers.declared(exp.peers, space))
-    known = peers.MO_PEERS if multi else peers.PEERS
-    unknown = [p for p in exp.peers if p not in known]
-    if unknown:
-        raise UsageError(f"{file}: peer {unknown[0]!r} unknown for a space of "
-                         f"{'several objectives' if multi else 'one metric'}: use any of {', '.join(known)}"
-                         " (or peers=() for none)")
-    if multi:  # hypervolume against the declared reference point, per task where there are tasks
-        for task in exp.tasks or (None,):
-            try:
-                mocompare.check_reference(_reference(exp, task), objectives.of(space),
-                                          f"{file}" + (f", task {task}" if task else ""))
-            except ValueError as exc:
-                raise UsageError(str(exc)) from None
-    if not exp.seeds or exp.budget <= 0:
-        raise UsageError(f"{file}: an experiment needs at least one seed and a positive budget")
-    check_tasks(exp.tasks, f"{file}: tasks")
-    return file.stem, exp
-
-
-def _reference(exp: Experiment, task: str | None):
-    """The reference point the experiment declares for a task (or for its space's trainer)."""
-    point = exp.reference_point
-    return point.get(task) if isinstance(point, dict) else point
-
-
-def _trainer_of(task: str) -> str:
-    """A task's trainer: a benchmark's name, or a multi-objective one's "tuning.mobench:<name>"."""
-    return mobench.PREFIX + task if task in mobench.MO_BENCHMARKS else task
-
-
-def check_tasks(tasks, what: str) -> None:
-    from tuning.benchmarks import BENCHMARKS
-
-    unknown = [t for t in tasks if t not in BENCHMARKS and t not in mobench.MO_BENCHMARKS]
-    if unknown:  # held-out tasks are never registered (tuning/realbench.py), so they are refused here
-        raise UsageError(f"{what}: {unknown[0]!r} is no benchmark: use names from tuning.benchmarks, e.g. "
-                         "lcbench_3945 (LCBench's development tasks only), hpobench_car, fcnet_naval_propulsion")
-
-
-def replay_experiment(folder: str) -> tuple[str, Experiment]:
-    """--replay DIR: every strategy over the run recorded in DIR, 10 seeds, at its recorded epochs,
-    each run given one grid's worth of its declaration (what a grid search would have cost)."""
-    space, _ = _space(replay.PREFIX + folder, "--replay")
-    return f"replay-{Path(folder).resolve().name}", Experiment(
-        space=replay.PREFIX + folder, budget=spaces.grid_size(space),
-        # Smoke: 4 epochs (rungs 1, 2, 4 at reduction factor 2), 2 seeds, 4 full evaluations.
-        smoke={"budget": 4, "seeds": 2, "max_epochs": min(4, space.max_epochs)},
-        description=f"The learning curves recorded in {results.portable(folder)} ({space.metric}, "
-                    f"{space.mode}imised; {', '.join(space.params)}), replayed: what each strategy would have "
-                    "found, and at what cost.")
-
-
-def _space(name: str, what: str = "") -> tuple[spaces.Space, replay.Recorded | None]:
-    """(the space, the recorded run where it is a replay): a space by name, or "replay:DIR"."""
-    if not replay.is_replay(name):
-        return spaces.load(name), None
-    recorded = replay.read(replay.folder_of(name), what)
-    return replay.space(recorded), recorded
 
 
 def _run_rows(rows: list[dict], *, benchmark: str, strategy: str, seed: int, max_t: int,
@@ -204,9 +93,9 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
         track: tracking.Target | None = None, trainer: str | None = None) -> Path:
     """The comparison; track: also log it to MLflow (tuning.tracking.Comparison), whose lines are
     printed at the end; trainer: one of the experiment's tasks instead of the space's trainer."""
-    space, recorded = _space(exp.space)
+    space, recorded = space_of(exp.space)
     if trainer:
-        space = space.replace(trainer=_trainer_of(trainer))
+        space = space.replace(trainer=trainer_of(trainer))
     over = exp.smoke if smoke else {}
     max_t = over.get("max_epochs") or exp.max_epochs or space.max_epochs
     if recorded is not None:  # before anything is written: more epochs than recorded is bad input
@@ -319,7 +208,7 @@ def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, so
         "reference": exp.reference, "warm_from": exp.warm_from, "peers": list(peer_names),
         **({"peers_not_run": peers.NOT_RUN} if exp.peers and not peers.supported(space) else {}),
         **({"replay": {**replayed, "dir": results.portable(replayed["dir"])}} if replayed else {}),
-        **(_several(exp, space, task) if objectives.multi(space) else {})})
+        **(several_fields(exp, space, task) if objectives.multi(space) else {})})
     results.write_json(out / "provenance.json", {  # paths as results.portable gives them: these get committed
         "command": "python -m tuning.compare " + " ".join(map(results.portable, argv)),
         "data": {"kind": source.kind if source else (results.portable(exp.space) if recorded
@@ -327,14 +216,6 @@ def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, so
                  "root": results.portable(source.root) if source else None},
         "machine": results.machine(), "seeds": seeds, "git_commit": results.git_commit(),
         "versions": results.versions()})
-
-
-def _several(exp: Experiment, space: spaces.Space, task: str | None) -> dict:
-    """experiment.json's fields for several objectives: what the hypervolume report reads."""
-    point = _reference(exp, task)
-    bench = mobench.name_of(space.trainer)
-    return {"objectives": objectives.of(space), "constraints": space.constraints, "reference_point": list(point),
-            "true_hypervolume": mobench.true_hypervolume(bench, point) if bench else None}
 
 
 def _warm(exp: Experiment, strategy: str, seed: int, out: Path, over: dict, setting: dict) -> dict:

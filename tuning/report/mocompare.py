@@ -31,19 +31,22 @@ FIGURES = {"anytime": "report-hypervolume.png", "front": "report-fronts.png"}
 
 
 def check_reference(point, ways: dict, what: str) -> tuple[float, ...]:
-    """The reference point as a tuple of floats, one per objective; ValueError saying what to
-    declare where it is missing, of the wrong dimension or not numbers."""
+    """The reference point as a tuple of floats, one per objective (tuning.objectives.reference_point
+    checks it); ValueError saying what to declare where it is missing or wrong."""
     names = ", ".join(f"{k} ({w})" for k, w in ways.items())
     if point is None:
         raise ValueError(f"{what}: several objectives need a reference point for the hypervolume: declare "
                          f"reference_point=(...) with one value per objective ({names})")
-    if isinstance(point, (str, bytes)) or not hasattr(point, "__len__") or len(point) != len(ways):
-        size = len(point) if hasattr(point, "__len__") and not isinstance(point, (str, bytes)) else 1
-        raise ValueError(f"{what}: reference point {point!r} has {size} values but there are {len(ways)} "
-                         f"objectives ({names}): give one value per objective, in that order")
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in point):
-        raise ValueError(f"{what}: reference point {point!r}: each value must be a finite number")
-    return tuple(float(v) for v in point)
+    if len(ways) == 1:  # one objective under constraints (objectives.reference_point takes two or more)
+        values = list(point.values()) if isinstance(point, dict) else point
+        if (isinstance(values, (list, tuple)) and len(values) == 1 and isinstance(values[0], (int, float))
+                and not isinstance(values[0], bool) and math.isfinite(values[0])):
+            return (float(values[0]),)
+        raise ValueError(f"{what}: reference point {point!r}: give one finite number, for {names}")
+    try:
+        return tuple(objectives.reference_point(point, ways).values())
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
 
 
 # ---------------------------------------------------------------- numbers
