@@ -95,7 +95,7 @@ def test_reporter_survives_unscheduled_trials_and_keeps_error_rows(tmp_path, cap
 def test_a_sync_racing_tunes_own_temp_file_is_dropped_and_other_sync_errors_are_not():
     import logging
 
-    from tuning.backend.cluster import quiet_ray_logging
+    from tuning.cli import quiet_libraries
 
     raced = ("Last sync command failed with the following error:\nTraceback (most recent call last):\n"
              "FileNotFoundError: /r/tune/driver_artifacts/.19ac-tmp-basic-variant-state-2026.json'. Detail: "
@@ -110,7 +110,7 @@ def test_a_sync_racing_tunes_own_temp_file_is_dropped_and_other_sync_errors_are_
     ray_logger = logging.getLogger("ray")
     ray_logger.addHandler(keep)
     try:
-        quiet_ray_logging()
+        quiet_libraries()
         for msg in [raced, *others]:
             logging.getLogger("ray.train._internal.syncer").warning(msg)
     finally:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable
 from tuning import progress as progress_math
 from tuning import objectives, results, spaces
 from tuning.backend.cluster import (ClusterError, cluster_info, environ, prestarted_workers,  # noqa: F401
-                                    quiet_ray_logging, start_ray, stop_ray, worker_import_error)
+                                    start_ray, stop_ray, worker_import_error)
 
 if TYPE_CHECKING:  # tuning.data imports torch: a trial of a synthetic benchmark (a Ray actor
     # importing this package) starts seconds sooner without it

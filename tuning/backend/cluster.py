@@ -10,12 +10,7 @@ import logging
 import os
 import sys
 
-from tuning.cli import TuningError, quiet_libraries
-
-
-# The commands quiet Ray's noise (tuning.cli.quiet_libraries); library code leaves logging alone.
-# The old name stays until tuning.backend's __init__ and tests/test_search.py stop importing it here.
-quiet_ray_logging = quiet_libraries
+from tuning.cli import TuningError
 
 
 class ClusterError(TuningError):
