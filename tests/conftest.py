@@ -22,7 +22,8 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 LONGEST_FIRST = ("test_reliability.py", "test_compare.py", "test_migration_api.py", "test_smoke.py", "test_api.py",
                  "test_real_experiments.py", "test_migration_strategies.py", "test_runreport.py",
                  "test_growth.py", "test_strategies.py", "test_progress.py", "test_hyperband.py", "test_replay.py",
-                 "test_doctor.py", "test_tracking.py", "test_examples.py")
+                 "test_doctor.py", "test_tracking.py", "test_examples.py", "test_cifar_mo.py", "test_mo_input.py",
+                 "test_mo_example.py", "test_mo_strategies.py", "test_mo_report.py", "test_mo_compare.py")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -123,6 +123,7 @@ def _stopped_at_the_first_result(folder: Path, says: str) -> None:
     record = json.loads((folder / "run.json").read_text())
     assert record["status"].startswith("stopped") and says in record["error"]
     assert not (folder / "best_config.json").exists()
+    assert not (folder / "pareto.csv").exists()  # its front would be of stand-in values
     rows = (folder / "results.jsonl").read_text().splitlines()
     assert 1 <= len(rows) <= 2  # the first result, and at most one from the trial beside it
 

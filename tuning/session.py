@@ -217,7 +217,6 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
     trials = objectives.annotate(trials, space, record.max_epochs)  # several objectives: feasibility, rank
     epochs = results.epochs_table(records, params, space.metric)
     results.write_tables(results_dir, trials, epochs)
-    pareto = _write_front(results_dir, trials, space)
     wrong = next((r[results.METRIC_ERROR] for rec in records for r in rec["rows"] if r.get(results.METRIC_ERROR)),
                  None)
     if wrong:
@@ -227,6 +226,7 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
         if tracker is not None:
             tracker.finish(records, trials, None, record.status)
         raise MetricError(f"{wrong}; the run stopped after its first result (files kept in {results_dir})")
+    pareto = _write_front(results_dir, trials, space)  # not before: a stopped run's front is of stand-in values
     unfinished = [r for r in records if r["status"] not in ("TERMINATED", "ERROR")] or interrupted
     best = _best(trials, records, space, source, record, results_dir, tested=not unfinished)
     spent = unfinished and record.time_budget_s is not None and record.time_used_s >= record.time_budget_s
