@@ -40,7 +40,7 @@ class Benchmark:
     dims: int
 
 
-def _rng(config: dict, t: int, seed: int) -> np.random.Generator:
+def noise_rng(config: dict, t: int, seed: int) -> np.random.Generator:
     """Noise drawn from (seed, t, config) alone: the same evaluation gives the same number,
     whichever process runs it and whether or not the trial was paused in between."""
     key = zlib.crc32(json.dumps(config, sort_keys=True, default=str).encode())
@@ -51,7 +51,7 @@ def counting_ones(config: dict, t: int, max_t: int, seed: int) -> float:
     b = 9 * t
     cats = sum(int(config[f"c{i}"]) for i in range(8))
     probs = np.array([float(config[f"x{i}"]) for i in range(8)])
-    means = _rng(config, t, seed).binomial(b, probs) / b
+    means = noise_rng(config, t, seed).binomial(b, probs) / b
     return -(cats + float(means.sum()))
 
 
@@ -72,7 +72,7 @@ def mf_hartmann6(config: dict, t: int, max_t: int, seed: int) -> float:
     alpha[0] -= 0.1 * (1 - s)  # low fidelities are biased ...
     value = -float(np.sum(alpha * np.exp(-np.sum(_A * (x - _P) ** 2, axis=1))))
     if s < 1:  # ... and noisy; full fidelity is exact, so regret at the incumbent is exact too
-        value += float(_rng(config, t, seed).normal(0.0, 0.1 * (1 - s)))
+        value += float(noise_rng(config, t, seed).normal(0.0, 0.1 * (1 - s)))
     return value
 
 
@@ -109,7 +109,7 @@ def paired_choices(config: dict, t: int, max_t: int, seed: int) -> float:
         loss += LEADER_LOSS[p][a] + MISMATCH * (b != FOLLOWS[p][a])
     if t < max_t:
         shrink = (t ** -0.5 - max_t ** -0.5) / (1 - max_t ** -0.5)
-        loss += float(_rng(config, t, seed).normal(0.0, PAIRED_NOISE * shrink))
+        loss += float(noise_rng(config, t, seed).normal(0.0, PAIRED_NOISE * shrink))
     return loss
 
 
@@ -161,7 +161,7 @@ def misleading_first_epoch(config: dict, t: int, max_t: int, seed: int) -> float
     start = LC_START * np.exp(-4 * x["lr"]) * (0.5 + x["num_layers"]) * (0.5 + x["max_units"])
     loss = final + start * LC_DECAY ** (t - 1)
     if t < max_t:
-        loss += _rng(config, t, seed).normal(0.0, LC_NOISE * (1 - t / max_t))
+        loss += noise_rng(config, t, seed).normal(0.0, LC_NOISE * (1 - t / max_t))
     return float(loss)
 
 
@@ -237,7 +237,7 @@ def conditional_branches(config: dict, t: int, max_t: int, seed: int) -> float:
         raise ValueError(f"conditional_branches: branch {branch!r} is none of 'a', 'b', 'c'")
     if t < max_t:
         shrink = (t ** -0.5 - max_t ** -0.5) / (1 - max_t ** -0.5)
-        loss += _rng({"branch": branch, **used}, t, seed).normal(0.0, BRANCH_NOISE * shrink)
+        loss += noise_rng({"branch": branch, **used}, t, seed).normal(0.0, BRANCH_NOISE * shrink)
     return float(loss)
 
 

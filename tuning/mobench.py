@@ -37,7 +37,7 @@ from typing import Callable
 import numpy as np
 
 from tuning import realbench
-from tuning.benchmarks import _rng
+from tuning.benchmarks import noise_rng
 
 PREFIX = "tuning.mobench:"
 REFERENCES = realbench.DATA / "mo_reference.json"
@@ -75,7 +75,7 @@ def zdt(config: dict, t: int, max_t: int, seed: int, *, problem: str) -> dict:
     f = np.array(zdt_objectives(problem, x))
     early = 1.0 - t / max_t
     if early > 0:  # low fidelities: biased and noisy; max_t is exact, so the regret is too
-        f = f * (1.0 + ZDT_BIAS * early) + _rng(config, t, seed).normal(0.0, ZDT_NOISE * early, 2)
+        f = f * (1.0 + ZDT_BIAS * early) + noise_rng(config, t, seed).normal(0.0, ZDT_NOISE * early, 2)
     return {"f1": float(f[0]), "f2": float(f[1]), "epoch": t}
 
 
