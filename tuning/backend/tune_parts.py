@@ -23,7 +23,7 @@ from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
 from ray.tune.stopper import CombinedStopper, MaximumIterationStopper, Stopper
 
-from tuning import progress, results, spaces
+from tuning import objectives, progress, results, spaces
 from tuning.backend import rayinternals
 from tuning.benchmarks import BENCHMARKS
 
@@ -162,7 +162,11 @@ class Reporter(rayinternals.Reporter):
         self._at_once = max(self._at_once, sum(t.status == "RUNNING" for t in trials))
         results = [t.last_result for t in trials if (t.last_result or {}).get("training_iteration")]
         per_epoch = [r["time_total_s"] / r["training_iteration"] for r in results if r.get("time_total_s")]
-        values = [t.metric_analysis[self.metric][self.mode] for t in trials if self.metric in t.metric_analysis]
+        if getattr(self, "_constraints", None):  # the best feasible one: an infeasible value is no one's best
+            values = [r[self.metric] for r in results if isinstance(r.get(self.metric), (int, float))
+                      and objectives.violation(r, self._constraints) == 0]
+        else:
+            values = [t.metric_analysis[self.metric][self.mode] for t in trials if self.metric in t.metric_analysis]
         best = (min if self.mode == "min" else max)(values) if values else None
         now = time.monotonic()
         last_at, last_done = self._last
@@ -208,6 +212,7 @@ def reporter(space: spaces.Space, every_s: float = 30, *, planned: int | None = 
                      print_intermediate_tables=True)
     if planned is not None:
         table.setup_progress(planned, results_dir, strategy=strategy, elapsed_before_s=elapsed_before_s)
+        table._constraints = dict(space.constraints)  # the line's best is of feasible results
     return table
 
 
