@@ -13,7 +13,7 @@ EXPERIMENT = Experiment(
     space="mo_lcbench",
     budget=50,
     seeds=tuple(range(10)),
-    strategies=("random", "tpe"),
+    strategies=("random", "asha", "hyperband", "bohb", "adaptive", "tpe"),
     tasks=TASKS,
     # Per task: the 10th-percentile accuracy and 90th-percentile time of 20,000 random
     # configurations at epoch 27 (tuning/benchdata/mo_reference.json).
