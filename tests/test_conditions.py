@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import tuning
-from tuning import conditions, growth, spaces
+from tuning import conditions, growth, spacejson, spaces
 from tuning.spaces import Choice, IntLogUniform, IntUniform, LogUniform, Space, SpaceError, Uniform
 
 
@@ -68,7 +68,7 @@ def test_a_bad_condition_in_a_space_file_exits_2_in_one_line(tmp_path, capsys):
 
 def test_conditions_survive_the_run_record():
     space = branch_space()
-    back = spaces.from_json(json.loads(json.dumps(spaces.to_json(space))))
+    back = spacejson.from_json(json.loads(json.dumps(spacejson.to_json(space))))
     assert back == space and back.params["momentum"].when == {"optimizer": ("sgd",)}
 
 

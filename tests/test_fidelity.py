@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from tuning import fidelity, spaces
+from tuning import fidelity, spacejson, spaces
 from tuning.fidelity import Agreement, agreement, sentence
 from tuning.record import RunRecord
 from tuning.report import comparison, runreport
@@ -110,7 +110,7 @@ def _records(n, epochs=4):
 def _plan(n):
     space = spaces.Space(params={"lr": spaces.LogUniform(1e-3, 1e-1)}, metric="loss", mode="min", max_epochs=4)
     return RunRecord(space="", strategy="asha", seed=0, num_samples=n, max_epochs=4, trainer="mine:train",
-                     params=spaces.declarations(space), declaration=spaces.to_json(space), metric="loss",
+                     params=spacejson.declarations(space), declaration=spacejson.to_json(space), metric="loss",
                      mode="min", status="finished", data={"kind": "trainer"})
 
 

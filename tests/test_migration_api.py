@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import tuning
-from tuning import spaces
+from tuning import spacejson, spaces
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -68,7 +68,7 @@ def test_log_keyword_is_refused_naming_the_type_to_use(make, twin):
 def test_log_keyword_saying_what_the_type_is_anyway_is_accepted():
     assert tuning.Uniform(0, 1, log=False) == tuning.Uniform(0, 1)
     assert tuning.LogUniform(1e-3, 1, log=True) == tuning.LogUniform(1e-3, 1)
-    assert "log" not in spaces.declarations({"lr": tuning.LogUniform(1e-3, 1, log=True)})["lr"]  # run.json as before
+    assert "log" not in spacejson.declarations({"lr": tuning.LogUniform(1e-3, 1, log=True)})["lr"]  # run.json as before
 
 
 # ---------------------------------------------------------------- 3: numpy values in files as JSON
@@ -233,7 +233,7 @@ def test_choice_values_are_json_values_kept_as_files_hold_them():
     choice = tuning.Choice([{"layers": 2}, (3, 3), None])
     assert choice.values == ({"layers": 2}, [3, 3], None)  # a tuple as the list run.json holds
     assert spaces.contains(choice, (3, 3)) and spaces.contains(choice, [3, 3]) and not spaces.contains(choice, [3])
-    assert spaces.from_declarations(spaces.declarations({"c": choice}))["c"] == choice  # run.json and back
+    assert spacejson.from_declarations(spacejson.declarations({"c": choice}))["c"] == choice  # run.json and back
     assert choice.by_position and not tuning.Choice([1, "a", 2.5, False]).by_position
     assert spaces.from_positions({"c": choice}, spaces.to_positions({"c": choice}, {"c": [3, 3]})) == {"c": [3, 3]}
     with pytest.raises(tuning.SpaceError, match="distinct"):

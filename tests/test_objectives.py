@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import tuning
-from tuning import Space, SpaceError, Uniform, objectives, run, spaces
+from tuning import Space, SpaceError, Uniform, objectives, run, spacejson, spaces
 from tuning.cli import TuningError
 
 from cli_helpers import refused
@@ -50,7 +50,7 @@ def test_one_objective_is_the_plain_space_it_always_was():
     plain = Space(params=PARAMS, trainer="user_trainers:tradeoff", metric="latency_ms", mode="max")
     same = Space(params=PARAMS, trainer="user_trainers:tradeoff", objectives={"latency_ms": "max"})
     assert same == plain and same.objectives is None and same.constraints == {}
-    assert spaces.to_json(same) == spaces.to_json(plain) and "objectives" not in spaces.to_json(plain)
+    assert spacejson.to_json(same) == spacejson.to_json(plain) and "objectives" not in spacejson.to_json(plain)
     assert not objectives.multi(plain) and objectives.strategy_refusal(plain, "asha") is None
 
 
@@ -58,7 +58,7 @@ def test_several_objectives_name_the_first_as_the_metric_and_survive_run_json():
     space = tradeoff_space(objectives={"latency_ms": "min", "loss": "min"})
     assert (space.metric, space.mode) == ("latency_ms", "min") and space.constraints == {"peak_mem_gb": ("<=", 4.0)}
     assert space.worst == 1e6  # a diverged trial's stand-in, on the first objective
-    back = spaces.from_json(json.loads(json.dumps(spaces.to_json(space))))
+    back = spacejson.from_json(json.loads(json.dumps(spacejson.to_json(space))))
     assert back == space and list(back.objectives) == ["latency_ms", "loss"]
     # Ray's and Optuna's spelling, and a constraint written as text, are the same declaration.
     ray_like = Space(params=PARAMS, trainer="user_trainers:tradeoff", metric=["latency_ms", "loss"],
@@ -102,8 +102,8 @@ def test_a_bad_declaration_is_one_line_at_once(kw, needle):
 def test_a_reference_point_is_kept_by_objective_and_survives_run_json():
     by_name = tradeoff_space(reference_point={"latency_ms": 12, "loss": 2})
     assert by_name.reference_point == {"loss": 2.0, "latency_ms": 12.0} == tradeoff_space(reference_point=[2, 12]).reference_point
-    assert spaces.from_json(json.loads(json.dumps(spaces.to_json(by_name)))) == by_name
-    assert "reference_point" not in spaces.to_json(tradeoff_space())  # a run that declares none reads as before
+    assert spacejson.from_json(json.loads(json.dumps(spacejson.to_json(by_name)))) == by_name
+    assert "reference_point" not in spacejson.to_json(tradeoff_space())  # a run that declares none reads as before
 
 
 def test_a_metric_that_only_grows_is_declared_by_a_third_item_and_survives_run_json():
@@ -113,7 +113,7 @@ def test_a_metric_that_only_grows_is_declared_by_a_third_item_and_survives_run_j
     as_text = tradeoff_space(constraints={"peak_mem_gb": "<= 4 grows"})
     assert as_text.constraints == {"peak_mem_gb": ("<=", 4.0, "grows")}
     assert objectives.parse_constraint("peak_mem_gb<=4 grows") == ("peak_mem_gb", ("<=", 4.0, "grows"))
-    assert spaces.from_json(json.loads(json.dumps(spaces.to_json(space)))) == space
+    assert spacejson.from_json(json.loads(json.dumps(spacejson.to_json(space)))) == space
     assert "peak_mem_gb <= 4 (grows)" in objectives.describe(space)
     assert objectives.violation({"peak_mem_gb": 5, "latency_ms": 10}, space.constraints) == 2
     assert objectives.grown_past({"peak_mem_gb": 5, "latency_ms": 10}, space.constraints) == "peak_mem_gb"

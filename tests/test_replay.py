@@ -13,7 +13,7 @@ import pytest
 
 from cli_helpers import refused
 from conftest import ROOT
-from tuning import backend, compare, record, replay, results, spaces
+from tuning import backend, compare, record, replay, results, spacejson, spaces
 
 CALIBRATION = ROOT / "docs" / "calibration"
 FAST = 1e-4  # a 142 s epoch waits 14 ms
@@ -144,7 +144,7 @@ def _tiny_run(folder, *, status="finished", epochs=True):
     folder.mkdir()
     params = {"x": spaces.Uniform(0.0, 1.0), "n": spaces.IntUniform(1, 3), "kind": spaces.Choice(["a", "b"])}
     record.RunRecord(space="tiny", strategy="random", seed=0, num_samples=3, max_epochs=2, trainer="mine:train",
-                     metric="score", mode="max", params=spaces.declarations(params), status=status,
+                     metric="score", mode="max", params=spacejson.declarations(params), status=status,
                      resources_per_trial={"cpu": 2, "gpu": 0}).write(folder)
     if epochs:
         rows = [{"trial_id": tid, "x": x, "n": n, "kind": k, "training_iteration": t, "epoch": t,

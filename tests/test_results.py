@@ -3,7 +3,7 @@
 import pandas as pd
 import pytest
 
-from tuning import record, replay, results, spaces
+from tuning import record, replay, results, spacejson, spaces
 from tuning.report import analysis, runreport
 
 # An id pandas would read from CSV as the number 1.234e+570 (inf) if it were not read as text.
@@ -15,7 +15,7 @@ def _run(folder):
     """A finished run of one Uniform parameter: run.json and both tables, as tuning.run writes them."""
     folder.mkdir()
     record.RunRecord(space="tiny", strategy="random", seed=0, num_samples=2, max_epochs=2, trainer="mine:train",
-                     params=spaces.declarations({"x": spaces.Uniform(0.0, 1.0)}), status="finished").write(folder)
+                     params=spacejson.declarations({"x": spaces.Uniform(0.0, 1.0)}), status="finished").write(folder)
     trials = EPOCHS[EPOCHS["training_iteration"] == 2].assign(status="TERMINATED", epochs=2)
     results.write_tables(folder, trials, EPOCHS)
     return folder

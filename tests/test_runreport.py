@@ -18,7 +18,7 @@ import pytest
 
 from conftest import run_cli
 from report_helpers import assert_renders_in_chromium, dom_in_chromium, needs_chromium
-from tuning import results, spaces
+from tuning import results, spacejson, spaces
 from tuning.report import comparison as report
 from tuning.report import fanova, runplots, runreport
 from tuning.record import RunRecord
@@ -219,7 +219,7 @@ RECORDS = [
 def _plan(status="running"):
     space = spaces.load("cifar_asha")
     return RunRecord(space="cifar_asha", strategy="asha", seed=0, num_samples=6, max_epochs=4,
-                     argv=["--space", "cifar_asha"], params=spaces.declarations(space), metric="loss", mode="min",
+                     argv=["--space", "cifar_asha"], params=spacejson.declarations(space), metric="loss", mode="min",
                      status=status, data={"kind": "synthetic", "root": "/data/synthetic"},
                      started="1970-01-12T13:46:40+0000")
 
@@ -342,7 +342,7 @@ def test_live_report_from_records_seen_mid_run(live_run, tmp_path):
     calls, _, space, _ = live_run
     mid = next(c["records"] for c in calls if any(r["status"] == "RUNNING" and r["rows"] for r in c["records"]))
     plan = RunRecord(space="steady", strategy="random", seed=0, num_samples=4, max_epochs=5,
-                     params=spaces.declarations(space), metric="loss", mode="min", status="running",
+                     params=spacejson.declarations(space), metric="loss", mode="min", status="running",
                      data={"kind": "trainer"})
     out = runreport.write_from_records(tmp_path, mid, plan, live=True)
     md, html = out["markdown"].read_text(), out["html"].read_text()

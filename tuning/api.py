@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Union
 
-from tuning import cli, contract, growth, objectives as objective_rules, record as records, spaces, tracking
+from tuning import cli, contract, growth, objectives as objective_rules, record as records, spacejson, spaces, tracking
 from tuning.cli import UsageError
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         trainer=spaces.trainer_name(space.trainer), argv=argv, max_failures=max_failures, smoke=small,
         storage_path=_storage(storage_path), tune_logs=tune_logs,
         precision=_precision(space, precision), time_budget_s=_budget(time_budget),
-        warm_start=_warm_start(space, strategy, warm_start, warm_start_top), declaration=spaces.to_json(space),
+        warm_start=_warm_start(space, strategy, warm_start, warm_start_top), declaration=spacejson.to_json(space),
         data_args={"kind": data or ("synthetic" if smoke else "auto"), "data_dir": str(Path(data_dir).absolute()),
                    "seed": seed, "synthetic_train": small.get("synthetic_train", 50_000),
                    "synthetic_test": small.get("synthetic_test", 10_000)})
@@ -395,7 +395,7 @@ def _recorded_space(rec: records.RunRecord, trainer) -> spaces.Space:
     if not rec.declaration:  # a run recorded before run.json held the whole space
         space = spaces.load(rec.space)
         return space.replace(trainer=trainer) if trainer is not None else space
-    return spaces.from_json(rec.declaration, trainer=trainer)
+    return spacejson.from_json(rec.declaration, trainer=trainer)
 
 
 def _extension(space: spaces.Space, rec: records.RunRecord, add_samples: int | None) -> int:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tuning import record as records
-from tuning import objectives, results, spaces
+from tuning import objectives, results, spacejson, spaces
 from tuning.cli import UsageError
 
 _UNITS = {"s": 1, "m": 60, "h": 3600}
@@ -29,7 +29,7 @@ def _mismatch(space: spaces.Space, rec: records.RunRecord, rows: dict[str, list[
     """The first parameter in which an earlier run differs from the space, said in words."""
     theirs = records.declarations(rec)
     try:
-        parsed = spaces.from_declarations(theirs)
+        parsed = spacejson.from_declarations(theirs)
     except spaces.SpaceError as exc:
         return f"its run.json's parameter declarations cannot be read ({exc})"
     for name in sorted(set(space.params) | set(theirs)):

@@ -46,7 +46,7 @@ class RunRecord:
     # one report, so max_epochs is 1, and this is the `epochs` it is passed (the declared budget).
     trainer_epochs: int | None = None
     address: str | None = None
-    # The whole declaration (spaces.to_json), so a resume or a report needs no space file.
+    # The whole declaration (spacejson.to_json), so a resume or a report needs no space file.
     declaration: dict = field(default_factory=dict)
     # Where the run came from: tuning.session, as its first segment starts.
     data: dict | None = None
@@ -56,7 +56,7 @@ class RunRecord:
     started: str | None = None
     metric: str = "loss"
     mode: str = "min"
-    params: dict = field(default_factory=dict)  # the parameter declarations (spaces.declarations)
+    params: dict = field(default_factory=dict)  # the parameter declarations (spacejson.declarations)
     # How it goes, across segments (a first run, resumes, extensions).
     status: str = "planned"
     error: str | None = None  # why a run stopped on its trainer's bad output
@@ -138,8 +138,8 @@ def reported_metrics(run_dir: Path, what: str = "") -> list[str]:
 
 
 def declarations(rec: RunRecord) -> dict:
-    """The parameter declarations a run searched, as run.json holds them (spaces.declarations; read
-    back with spaces.from_declarations): `params`, written as the run starts, else the planned
+    """The parameter declarations a run searched, as run.json holds them (spacejson.declarations; read
+    back with spacejson.from_declarations): `params`, written as the run starts, else the planned
     declaration's, for a run that stopped before it started; {} for a run.json older than both.
     Every reader of a run's parameters asks here (spaces imports this module, so the parsing
     stays there and this module does not import spaces)."""

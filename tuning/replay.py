@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from tuning import record as records
-from tuning import results, spaces
+from tuning import results, spacejson, spaces
 from tuning.cli import TuningError
 from tuning.report.render import number
 
@@ -74,7 +74,7 @@ class Recorded:
     cpus: float  # per trial, as recorded: what its epochs are charged
     gpus: float
     parallelism: int | None  # trials that trained at once; None where the rows cannot tell
-    declaration: dict  # the recorded space (spaces.to_json): the replay's scheduler settings
+    declaration: dict  # the recorded space (spacejson.to_json): the replay's scheduler settings
 
     @property
     def max_epochs(self) -> int:
@@ -99,7 +99,7 @@ def _record(folder: str, what: str) -> tuple[records.RunRecord, dict, pd.DataFra
         raise ReplayError(f"{what}: {folder}/run.json declares no parameters: it was written before runs "
                           "recorded their declaration, so the replay cannot know the ranges")
     try:
-        return rec, spaces.from_declarations(decls), epochs
+        return rec, spacejson.from_declarations(decls), epochs
     except spaces.SpaceError as exc:
         raise ReplayError(f"{what}: {folder}/run.json: {exc}") from None
 
@@ -247,7 +247,7 @@ def describe(recorded: Recorded, max_t: int) -> dict:
     if recorded.metric not in trials[0]:
         raise ReplayError(f"{recorded.folder}: no recorded configuration reached epoch {max_t} without diverging")
     return {"dir": recorded.folder, "recorded_trials": len(trials), "max_epochs": recorded.max_epochs,
-            "declarations": spaces.declarations(recorded.params), "parallelism": recorded.parallelism,
+            "declarations": spacejson.declarations(recorded.params), "parallelism": recorded.parallelism,
             "resources_per_trial": {"cpu": recorded.cpus, "gpu": recorded.gpus}, "time_scale": TIME_SCALE,
             "best": trials[0]["trial_id"], "optimum": trials[0][recorded.metric], "trials": trials}
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 
-from tuning import backend, cli, contract, growth, objectives, results, spaces, tracking
+from tuning import backend, cli, contract, growth, objectives, results, spacejson, spaces, tracking
 from tuning.record import RunRecord
 
 if TYPE_CHECKING:  # tuning.data imports torch (3 s): only a CIFAR run's driver needs it
@@ -278,7 +278,7 @@ def _record_start(space: spaces.Space, record: RunRecord, source, results_dir: P
             record.data = {"kind": "trainer" if contract.is_user_trainer(space.trainer) else f"benchmark:{space.trainer}"}
         record.fixed, record.versions, record.git_commit = dict(space.fixed), results.versions(), results.git_commit()
         record.started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started))
-        record.metric, record.mode, record.params = space.metric, space.mode, spaces.declarations(space)
+        record.metric, record.mode, record.params = space.metric, space.mode, spacejson.declarations(space)
     _close_killed_segment(record, results_dir)
     record.segments.append({"started": round(started, 1), "wall_s": None, "ended": None})
     record.status, record.resumes = "running", record.resumes + 1

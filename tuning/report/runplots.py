@@ -18,7 +18,7 @@ import pandas as pd
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from tuning import spaces
+from tuning import params, spaces
 
 # How a trial ended, as (line style, end marker, legend text). A trial gets one of these; being
 # paused and resumed is drawn on top as a circle at each epoch it resumed from.
@@ -209,7 +209,7 @@ def _or_nan(i: int | None) -> float:
 def _axis(ax, name: str, decl, values: pd.Series) -> pd.Series:
     """Set up the x axis for a parameter; returns the values as plotted (categories as positions)."""
     if isinstance(decl, spaces.Choice):
-        order = [spaces.label(c) for c in decl.values]  # a list or dict as JSON text
+        order = [params.label(c) for c in decl.values]  # a list or dict as JSON text
         pos = values.map(lambda v: _or_nan(decl.cell_position(v)))
         ax.set_xticks(range(len(order)), order)
         ax.set_xlabel(name)
@@ -288,7 +288,7 @@ def _unit(decl, values: pd.Series) -> tuple[pd.Series, list[str]]:
 
 def _scaled(decl, values: pd.Series) -> tuple[pd.Series, list[str]]:
     if isinstance(decl, spaces.Choice):
-        order = [spaces.label(c) for c in decl.values]
+        order = [params.label(c) for c in decl.values]
         pos = values.map(lambda v: _or_nan(decl.cell_position(v)))
         return pos / max(1, len(order) - 1), [order[0], order[-1]]
     lo, hi = float(decl.low), float(decl.high)

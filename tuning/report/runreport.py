@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from tuning import record as records
-from tuning import fidelity, objectives, progress, results, spaces
+from tuning import fidelity, objectives, progress, results, spacejson, spaces
 from tuning.report import fanova, front, runplots
 from tuning.report import hypervolume as hv
 from tuning.report.analysis import ReportError
@@ -46,7 +46,7 @@ def searched(rec: RunRecord) -> tuple[dict, str, str]:
     decls = records.declarations(rec)
     try:
         if decls:
-            return spaces.from_declarations(decls), rec.metric, rec.mode
+            return spacejson.from_declarations(decls), rec.metric, rec.mode
         space = spaces.load(rec.space)  # a run dir from before run.json kept them: the space file as it is now
     except spaces.SpaceError as exc:
         raise ReportError(f"run.json's parameter declarations cannot be read, and its space does not load ({exc})") \

@@ -1,0 +1,275 @@
+"""Parameter declarations: the five types a space's params are built of, what each declares (its
+range, its grid points, when it is active), and the values they hold (tuples as lists, positions for
+the searchers whose categories must be scalars). Plain data: no Ray. tuning.spaces re-exports the
+types, where users import them from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Union
+
+import numpy as np
+
+from tuning import conditions
+from tuning.cli import TuningError
+
+
+class SpaceError(TuningError):
+    """A space is unknown or malformed; the message says what to change."""
+
+
+def _when(declaration) -> None:
+    """Every declaration's `when` (tuning.conditions): normalised to {parent: (values...)}."""
+    try:
+        object.__setattr__(declaration, "when", conditions.normalise(declaration.when))
+    except ValueError as exc:
+        raise SpaceError(f"{type(declaration).__name__}: {exc}") from None
+
+
+# when: active only where the named parameters take the given values (tuning/conditions.py).
+# Not hashed: a dict; declarations are compared, never used as keys.
+_WHEN = field(default=None, hash=False)
+
+
+def _no_log(declaration, log) -> None:
+    """`log=` is Ray's and Optuna's way (tune.uniform has a loguniform twin, suggest_float takes
+    log=True); here a log scale is a type of its own. Refused in one line naming it, rather than
+    Python's unexpected-keyword TypeError."""
+    if log is None:
+        return
+    kind = type(declaration).__name__
+    scaled = kind in ("LogUniform", "IntLogUniform")
+    if bool(log) == scaled:  # what the type is anyway
+        return
+    twin = {"Uniform": "LogUniform", "IntUniform": "IntLogUniform", "LogUniform": "Uniform",
+            "IntLogUniform": "IntUniform"}[kind]
+    why = (f"{kind} is log-scaled by its type: declare {twin}({declaration.low}, {declaration.high}) for a linear "
+           "scale" if scaled else f"a log scale is a type of its own here: declare "
+           f"{twin}({declaration.low}, {declaration.high}) instead"
+           + (" (its low must be above 0)" if declaration.low <= 0 else ""))
+    raise SpaceError(f"{kind}(..., log={log!r}): {why}")
+
+
+@dataclass(frozen=True)
+class _Range:
+    """A continuous range from low to high; its grid is `grid` points, spaced as the subclass says."""
+
+    low: float
+    high: float
+    grid: int = 3
+    when: dict | None = _WHEN
+    log: dataclasses.InitVar[bool | None] = None  # refused unless it says what the type is (_no_log)
+    positive = False  # whether low must be above 0 (a class setting, not a field)
+
+    def __post_init__(self, log=None):
+        _when(self)
+        _no_log(self, log)
+        kind = type(self).__name__
+        if not (0 < self.low < self.high if self.positive else self.low < self.high):
+            raise SpaceError(f"{kind} needs {'0 < ' if self.positive else ''}low < high, "
+                             f"got low={self.low} high={self.high}")
+        if self.grid < 1:
+            raise SpaceError(f"{kind} grid needs at least 1 point, got {self.grid}")
+
+
+@dataclass(frozen=True)
+class LogUniform(_Range):
+    """Continuous, sampled uniformly in log space; the grid is `grid` log-spaced points."""
+
+    grid: int = 4
+    positive = True
+
+    def grid_values(self) -> list[float]:
+        if self.grid == 1:
+            return [float(math.sqrt(self.low * self.high))]
+        return [float(v) for v in np.geomspace(self.low, self.high, self.grid)]
+
+
+@dataclass(frozen=True)
+class Uniform(_Range):
+    """Continuous, sampled uniformly; the grid is `grid` evenly spaced points."""
+
+    def grid_values(self) -> list[float]:
+        if self.grid == 1:
+            return [(self.low + self.high) / 2]
+        return [float(v) for v in np.linspace(self.low, self.high, self.grid)]
+
+
+@dataclass(frozen=True)
+class IntUniform:
+    """Integer in [low, high], both ends included; the grid is every value, or `grid` of them."""
+
+    low: int
+    high: int
+    grid: int | None = None
+    when: dict | None = _WHEN
+    log: dataclasses.InitVar[bool | None] = None  # refused when True (_no_log)
+
+    def __post_init__(self, log=None):
+        _when(self)
+        _no_log(self, log)
+        if not self.low < self.high:
+            raise SpaceError(f"IntUniform needs low < high, got low={self.low} high={self.high}")
+
+    def grid_values(self) -> list[int]:
+        if self.grid is None or self.grid >= self.high - self.low + 1:
+            return list(range(self.low, self.high + 1))
+        return sorted({int(round(v)) for v in np.linspace(self.low, self.high, self.grid)})
+
+
+@dataclass(frozen=True)
+class IntLogUniform:
+    """Integer in [low, high], both included, sampled uniformly in log space: widths, depths, counts
+    whose doublings matter more than their steps. The grid is `grid` log-spaced values, rounded."""
+
+    low: int
+    high: int
+    grid: int = 4
+    when: dict | None = _WHEN
+    log: dataclasses.InitVar[bool | None] = None  # refused when False (_no_log)
+
+    def __post_init__(self, log=None):
+        _when(self)
+        _no_log(self, log)
+        if not 0 < self.low < self.high:
+            raise SpaceError(f"IntLogUniform needs 0 < low < high, got low={self.low} high={self.high}")
+        if self.grid < 1:
+            raise SpaceError(f"IntLogUniform grid needs at least 1 point, got {self.grid}")
+
+    def grid_values(self) -> list[int]:
+        if self.grid == 1:
+            return [int(round(math.sqrt(self.low * self.high)))]
+        return sorted({int(round(v)) for v in np.geomspace(self.low, self.high, self.grid)})
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a fixed list of values; the grid is the whole list. A value may be any JSON value:
+    a number, a string, a bool, None, or a list or dict of them (a set of model settings, say, as
+    Ray users pass tune.choice). A tuple is taken as the list it is in every file (JSON has no
+    tuples), so the trainer gets a list in a first run and after --resume alike."""
+
+    values: tuple
+    when: dict | None = _WHEN
+
+    def __init__(self, values, when=None):
+        object.__setattr__(self, "values", tuple(_json_value(v, values) for v in values))
+        object.__setattr__(self, "when", when)
+        _when(self)
+        if len(self.values) < 1:
+            raise SpaceError("Choice needs at least one value")
+        if len({_key(v) for v in self.values}) != len(self.values):
+            raise SpaceError(f"Choice values must be distinct, got {list(self.values)}")
+
+    def __hash__(self):  # the values may be dicts and lists, which have no hash of their own
+        return hash(tuple(_key(v) for v in self.values))
+
+    def grid_values(self) -> list:
+        return list(self.values)
+
+    @property
+    def by_position(self) -> bool:
+        """Whether the searchers whose categories must be scalars (ConfigSpace's for bohb and
+        adaptive, Optuna's for tpe) get this choice as its positions 0, 1, ... instead of its values:
+        where a value is a list, a dict or None (to_positions, from_positions)."""
+        return not all(isinstance(v, (bool, int, float, str)) for v in self.values)
+
+    def position(self, value) -> int | None:
+        """The index of `value` among the values (a tuple matching its list), or None."""
+        key = _key(_json_value(value, None, strict=False))
+        return next((i for i, v in enumerate(self.values) if _key(v) == key), None)
+
+    def cell_position(self, cell) -> int | None:
+        """The index of the value a table cell stands for, or None where none does. A column that
+        took a list or a dict holds every value as JSON text (results.config_cells); CSV gives
+        numbers back as text or floats."""
+        i = next((i for i, v in enumerate(self.values) if label(v) == str(cell)
+                  or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == cell)), None)
+        if i is None and isinstance(cell, str):
+            try:
+                return self.position(json.loads(cell))
+            except ValueError:
+                return None
+        return i
+
+    def from_cell(self, cell):
+        """The value a table cell stands for (cell_position), or None where none does."""
+        i = self.cell_position(cell)
+        return None if i is None else self.values[i]
+
+
+def _json_value(v, values, strict: bool = True):
+    """A Choice's value as it is kept: tuples as lists, numpy scalars as Python's; one that run.json
+    and the tables cannot hold and that was never accepted (a set, a dict with a non-string key:
+    anything without a hash) is refused, naming what to declare instead."""
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (tuple, list)):
+        return [_json_value(x, values, strict) for x in v]
+    if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+        return {k: _json_value(x, values, strict) for k, x in v.items()}
+    try:
+        hash(v)
+    except TypeError:
+        if strict:
+            raise SpaceError(f"Choice value {v!r} in {values!r} is not a JSON value: declare numbers, strings, "
+                             "booleans, None, or lists and dicts of them with string keys (they go into run.json "
+                             "and the tables); for objects, choose among names and look them up in the trainer") \
+                from None
+    return v
+
+
+def _key(v):
+    """What tells two values apart: the value itself, or its JSON text for a list or a dict."""
+    return ("json", json.dumps(v, sort_keys=True, default=repr)) if isinstance(v, (list, dict)) else v
+
+
+def label(value) -> str:
+    """A value as a table cell and a report's axis show it: JSON text for a list or a dict."""
+    return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+
+
+def to_positions(params: dict, config: dict) -> dict:
+    """`config` as the scalar-only searchers see it: a by_position Choice's value as its index."""
+    return {k: params[k].position(v) if _positional(params.get(k)) else v for k, v in config.items()}
+
+
+def from_positions(params: dict, config: dict) -> dict:
+    """to_positions undone: a by_position Choice's index as its value."""
+    return {k: params[k].values[int(v)] if _positional(params.get(k)) else v for k, v in config.items()}
+
+
+def _positional(p) -> bool:
+    return isinstance(p, Choice) and p.by_position
+
+
+Param = Union[LogUniform, Uniform, IntUniform, IntLogUniform, Choice]
+PARAM_TYPES = {c.__name__: c for c in (LogUniform, Uniform, IntUniform, IntLogUniform, Choice)}
+_NAMES = "LogUniform, Uniform, IntUniform, IntLogUniform or Choice"
+
+
+def contains(p: Param, value) -> bool:
+    """Whether `value` is one the declaration can produce (earlier runs' configurations are checked
+    with it before they warm-start a search)."""
+    if isinstance(p, Choice):
+        return p.position(value) is not None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(p, (IntUniform, IntLogUniform)):
+        return float(value).is_integer() and p.low <= value <= p.high
+    return p.low <= value <= p.high
+
+
+
+
+def plain(value):
+    """numpy scalars (ConfigSpace 1.x hands them out) as the Python values they stand for."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
