@@ -26,10 +26,10 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from ray.tune.schedulers.async_hyperband import _Bracket as AsyncBracket
 from ray.tune.schedulers.trial_scheduler import TrialScheduler
 
 from tuning import objectives
+from tuning.backend import rayinternals
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def positions(points: list[tuple[np.ndarray, float]]) -> np.ndarray:
 
 # ---------------------------------------------------------------- MO-ASHA
 
-class FrontRungs(AsyncBracket):
+class FrontRungs(rayinternals.AsyncBracket):
     """Ray's ASHA bracket whose rungs record each trial's point (objectives and violation) and
     promote by `order`: a trial reaching a rung goes on when it is among the first
     promoted_count(n) of the n trials recorded there, itself included."""
@@ -116,7 +116,7 @@ class FrontRungs(AsyncBracket):
         point = self.latest.pop(trial.trial_id, None)
         if point is None:
             return TrialScheduler.CONTINUE
-        for milestone, recorded in self._rungs:
+        for milestone, recorded in rayinternals.rungs(self):
             if cur_iter < milestone or trial.trial_id in recorded:
                 continue
             seen = [*recorded.values(), point]
@@ -130,7 +130,7 @@ class FrontRungs(AsyncBracket):
     def debug_str(self) -> str:
         # Tune's progress table prints each rung's cutoff, a number that several objectives lack.
         return "Bracket: " + " | ".join(f"Iter {m:.3f}: {len(r)} trials, {sum(p[1] == 0 for p in r.values())} "
-                                        "feasible" for m, r in self._rungs)
+                                        "feasible" for m, r in rayinternals.rungs(self))
 
 
 class StopGrown:
@@ -155,8 +155,8 @@ class FrontAsha(StopGrown):
     def __init__(self, *args, rule: Rule, **kwargs):
         super().__init__(*args, **kwargs)
         self.rule, self._latest = rule, {}
-        for bracket in self._brackets:
-            bracket.__class__, bracket.latest, bracket.decisions = FrontRungs, self._latest, []
+        for bracket in rayinternals.asha_brackets(self):
+            rayinternals.adopt(bracket, FrontRungs, latest=self._latest, decisions=[])
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         self._latest[trial.trial_id] = self.rule.point(result)
@@ -168,7 +168,7 @@ class FrontAsha(StopGrown):
         super().on_trial_complete(tune_controller, trial, result)
 
     def decisions(self) -> list[tuple]:
-        return [d for bracket in self._brackets for d in bracket.decisions]
+        return [d for bracket in rayinternals.asha_brackets(self) for d in bracket.decisions]
 
     def _rung_value(self, row: dict):
         # A resume rebuilds the rungs (strategies.Asha.rebuild) with each earlier result's point.

@@ -15,19 +15,18 @@ kept as they are) and, where a search has saved state, that state:
 
 from __future__ import annotations
 
-import itertools
+import functools
 import pickle
 
 import numpy as np
 from ray import tune
 from ray.tune.experiment import Trial
-from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, MedianStoppingRule, TrialScheduler
+from ray.tune.schedulers import ASHAScheduler, FIFOScheduler, TrialScheduler
 from ray.tune.search import BasicVariantGenerator, SearchGenerator, Searcher
-from ray.tune.search.basic_variant import _TrialIterator
 
 from tuning import conditions, objectives, results, spaces
 from tuning.backend.budget import TimeGate
-from tuning.backend import mo
+from tuning.backend import mo, rayinternals
 from tuning.backend.hyperband import PaperHyperBand, PauseEveryResult
 
 
@@ -84,11 +83,11 @@ class Asha(TimeGate, InOrder, ASHAScheduler):
 
     def rebuild(self, rows: dict[str, list[dict]]) -> int:
         """Record every earlier trial's result at each rung it reached; returns how many."""
-        recorded = 0
-        for bracket in self._brackets:
-            for milestone, rung in bracket._rungs:
+        recorded, time_attr = 0, rayinternals.objective(self)[0]
+        for bracket in rayinternals.asha_brackets(self):
+            for milestone, rung in rayinternals.rungs(bracket):
                 for trial_id, trial_rows in rows.items():
-                    row = next((r for r in trial_rows if r.get(self._time_attr) == milestone), None)
+                    row = next((r for r in trial_rows if r.get(time_attr) == milestone), None)
                     value = None if row is None else self._rung_value(row)
                     if value is not None:
                         rung[trial_id] = value
@@ -97,8 +96,9 @@ class Asha(TimeGate, InOrder, ASHAScheduler):
 
     def _rung_value(self, row: dict):
         """What a rung records of a result (None: nothing): the metric, larger is better."""
-        value = row.get(self._metric)
-        return self._metric_op * value if isinstance(value, (int, float)) and np.isfinite(value) else None
+        _, metric, sign = rayinternals.objective(self)
+        value = row.get(metric)
+        return sign * value if isinstance(value, (int, float)) and np.isfinite(value) else None
 
 
 class MoAsha(mo.FrontAsha, Asha):
@@ -111,7 +111,7 @@ class _Earlier(str):
     count until the trial itself reports again (a resumed or extended run)."""
 
 
-class Median(TimeGate, InOrder, MedianStoppingRule):
+class Median(TimeGate, InOrder, rayinternals.MedianStoppingRule):
     """Tune's MedianStoppingRule (Google Vizier's rule, Golovin et al., KDD 2017) on epochs: from
     the grace period on, a trial stops when its best value so far is worse than the median of the
     other trials' running means up to the same epoch, once at least 3 trials got there.
@@ -121,24 +121,27 @@ class Median(TimeGate, InOrder, MedianStoppingRule):
     checkpoint round trip per epoch. And its results, which Tune does not save, are rebuilt from
     every earlier result on a resume, as ASHA's rungs are."""
 
-    def _on_insufficient_samples(self, tune_controller, trial, time):
+    def too_few_others(self, tune_controller, trial, time):
         return TrialScheduler.CONTINUE
 
     def rebuild(self, rows: dict[str, list[dict]]) -> int:
         """Every earlier trial's results, by id until it reports again; returns how many."""
+        time_attr, metric, _ = rayinternals.objective(self)
+        kept = rayinternals.median_results(self)
         for trial_id, trial_rows in rows.items():
             # The last result at each epoch: an epoch trained again after a crash is reported twice.
-            last = {r[self._time_attr]: r for r in trial_rows if self._time_attr in r
-                    and results.is_number(r.get(self._metric)) and not r.get(results.METRIC_ERROR)}
+            last = {r[time_attr]: r for r in trial_rows if time_attr in r
+                    and results.is_number(r.get(metric)) and not r.get(results.METRIC_ERROR)}
             if last:
-                self._results[_Earlier(trial_id)] = [last[t] for t in sorted(last)]
-        return sum(map(len, self._results.values()))
+                kept[_Earlier(trial_id)] = [last[t] for t in sorted(last)]
+        return sum(map(len, kept.values()))
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
         # Its own earlier results, once the restored trial reports: one history, not two trials.
-        earlier = self._results.pop(_Earlier(trial.trial_id), None)
+        kept, time_attr = rayinternals.median_results(self), rayinternals.objective(self)[0]
+        earlier = kept.pop(_Earlier(trial.trial_id), None)
         if earlier is not None:
-            self._results[trial] = [r for r in earlier if r[self._time_attr] < result.get(self._time_attr, 0)]
+            kept[trial] = [r for r in earlier if r[time_attr] < result.get(time_attr, 0)]
         return super().on_trial_result(tune_controller, trial, result)
 
 
@@ -185,22 +188,15 @@ class RandomSearch(BasicVariantGenerator):
     def add_configurations(self, experiments):
         super().add_configurations(experiments)
         if self._params is not None:
-            for iterator in self._iterators:
-                ConditionalTrials.adopt(iterator, self._params)
+            for iterator in rayinternals.iterators(self):
+                rayinternals.adopt(iterator, ConditionalTrials, params=self._params)
 
     def restore_from_dir(self, dirpath: str):
         super().restore_from_dir(dirpath)
-        if not self._more:
-            return
-        spec = self._iterators[-1].unresolved_spec
-        more = _TrialIterator(uuid_prefix=self._uuid_prefix, num_samples=self._more, unresolved_spec=spec,
-                              start=self._total_samples, random_state=self._random_state)
-        if self._params is not None:
-            ConditionalTrials.adopt(more, self._params)
-        self._iterators.append(more)
-        self._trial_generator = itertools.chain(self._trial_generator, more)
-        self._total_samples += self._more * self._per_sample
-        self._finished = False
+        if self._more:
+            conditional = None if self._params is None else functools.partial(
+                rayinternals.adopt, cls=ConditionalTrials, params=self._params)
+            rayinternals.add_samples(self, self._more, self._per_sample, adopt_as=conditional)
 
     def is_finished(self) -> bool:
         return super().is_finished() and (self._scheduler is None or self._scheduler.all_finished())
@@ -225,18 +221,15 @@ class Whole:
     __hash__ = None
 
 
-class ConditionalTrials(_TrialIterator):
+class ConditionalTrials(rayinternals.TrialIterator):
     """Tune's trial iterator, whose trials leave out the parameters their own values make inactive:
     from the config, the evaluated parameters and the trial's name alike; and whose warm points'
     lists and dicts come back whole (Whole)."""
 
+    # Tune builds its iterators itself (add_configurations, a restored search's pickle), and
+    # rayinternals.add_samples an extension's: RandomSearch takes them over as they are
+    # (rayinternals.adopt), random stream and position included.
     params: dict
-
-    @classmethod
-    def adopt(cls, iterator: _TrialIterator, params: dict) -> None:
-        # Tune builds its iterators itself (add_configurations, and a restored search's pickle):
-        # they are taken over as they are, random stream and position included.
-        iterator.__class__, iterator.params = cls, params
 
     def create_trial(self, resolved_vars, spec):
         config = {k: v.value if isinstance(v, Whole) else v for k, v in spec.get("config", {}).items()}
@@ -261,7 +254,7 @@ class SearcherSearch(SearchGenerator):
     def restore_from_dir(self, dirpath: str):
         super().restore_from_dir(dirpath)
         if self._more:
-            self._total_samples, self._finished = self._counter + self._more, False
+            rayinternals.add_suggestions(self, self._more)
 
     def is_finished(self) -> bool:
         return super().is_finished() and (self._scheduler is None or self._scheduler.all_finished())
