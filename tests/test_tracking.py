@@ -20,7 +20,7 @@ import tuning
 from cli_helpers import refused
 from conftest import ROOT
 from run_helpers import STEADY, TESTS, hold_mid_run, write_space
-from tuning import run, tracking
+from tuning import run, tracking_store
 
 # MLflow's usage telemetry stays off, as Ray's does (conftest): the suite never uses the network.
 os.environ["MLFLOW_DISABLE_TELEMETRY"] = "true"
@@ -287,7 +287,7 @@ def test_epochs_are_never_split_across_batches():
     from types import SimpleNamespace
 
     metrics = [SimpleNamespace(step=s, key=k) for s in range(1, 8) for k in "abc"]
-    batches = list(tracking._batches(metrics, per_batch=4))
+    batches = list(tracking_store.batches(metrics, per_batch=4))
     assert sum(batches, []) == metrics
     assert all(b[0].step != prev[-1].step for prev, b in zip(batches, batches[1:]))
 

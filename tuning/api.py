@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Callable, Union
 
-from tuning import cli, contract, growth, objectives as objective_rules, record as records, spacejson, spaces, tracking
+from tuning import cli, contract, growth, objectives as objective_rules, record as records, spacejson, spaces
+from tuning import tracking_store
 from tuning.cli import UsageError
 
 log = logging.getLogger(__name__)
@@ -106,7 +107,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         rec.trainer_epochs, rec.max_epochs = rec.max_epochs, 1
     label = Path(space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]).stem
     folder = Path(results_dir or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
-    track = tracking.check(mlflow, mlflow_experiment, label, folder)  # before Ray and before any file
+    track = tracking_store.check(mlflow, mlflow_experiment, label, folder)  # before Ray and before any file
     created = _prepare_results_dir(folder)
     lock = _lock(folder)
     try:
@@ -164,7 +165,7 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
 
 
 def _execute(space, rec, source, folder: Path, *, resume: bool, add_samples: int = 0, keep_ray: bool,
-             track: tracking.Target | None = None):
+             track: tracking_store.Target | None = None):
     from tuning import session
     from tuning.report import runreport
 
@@ -184,9 +185,9 @@ def _resume_tracking(rec: records.RunRecord, folder: Path, mlflow, experiment: s
     label = Path(rec.space or spaces.trainer_name(rec.trainer).rpartition(":")[2]).stem
     mine = rec.mlflow or {}
     if mlflow is not None or not mine:
-        return tracking.check(mlflow, experiment, label, folder)
+        return tracking_store.check(mlflow, experiment, label, folder)
     uri = True if mine.get("default") else mine["uri"]
-    return tracking.check(uri, experiment or mine.get("experiment"), label, folder, strict=False)
+    return tracking_store.check(uri, experiment or mine.get("experiment"), label, folder, strict=False)
 
 
 # ---------------------------------------------------------------- checks

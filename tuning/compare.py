@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from tuning import api, backend, cli, growth, mobench, objectives, peers, replay, results, spaces, tracking
+from tuning import tracking_store
 from tuning.cli import UsageError
 from tuning.experiment import (Experiment, load_experiment, replay_experiment, several_fields, space_of,
                                trainer_of)
@@ -90,7 +91,7 @@ def run_tasks(name: str, exp: Experiment, out: Path, *, tasks: tuple, argv: list
 
 def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None, budget: float | None,
         argv: list[str], address: str | None = None, storage_path: str | None = None,
-        track: tracking.Target | None = None, trainer: str | None = None) -> Path:
+        track: tracking_store.Target | None = None, trainer: str | None = None) -> Path:
     """The comparison; track: also log it to MLflow (tuning.tracking.Comparison), whose lines are
     printed at the end; trainer: one of the experiment's tasks instead of the space's trainer."""
     space, recorded = space_of(exp.space)
@@ -296,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                         "a SQLite store in the output folder (docs/tracking.md)")
     p.add_argument("--mlflow-experiment", metavar="NAME",
                    help="the MLflow experiment (default: compare-<experiment name>)")
-    tracking.quiet_logs()
+    tracking_store.quiet_logs()
     with cli.sigterm_stops_like_ctrl_c():
         try:
             args = p.parse_args(argv)
@@ -306,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
                                  "one of the two")
             name, exp = load_experiment(args.experiment) if args.replay is None else replay_experiment(args.replay)
             out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
-            track = tracking.check(args.mlflow, args.mlflow_experiment, f"compare-{name}", out.absolute())
+            track = tracking_store.check(args.mlflow, args.mlflow_experiment, f"compare-{name}", out.absolute())
             if args.strategies:
                 declared = (*exp.strategies, *exp.peers)
                 if not set(args.strategies) <= set(declared):

@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from tuning import api, cli, growth, objectives, results, spaces, tracking
+from tuning import api, cli, growth, objectives, results, spaces, tracking_store
 from tuning.cli import TuningError, UsageError
 from tuning.contract import PRECISIONS
 
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         datefmt="%H:%M:%S")
     _progress_to_stdout()
-    tracking.quiet_logs()
+    tracking_store.quiet_logs()
     argv = sys.argv[1:] if argv is None else list(argv)
     with cli.sigterm_stops_like_ctrl_c():
         try:

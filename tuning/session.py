@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 
-from tuning import backend, cli, contract, growth, objectives, results, spacejson, spaces, tracking
+from tuning import backend, cli, contract, growth, objectives, results, spacejson, spaces, tracking, tracking_store
 from tuning.record import RunRecord
 
 if TYPE_CHECKING:  # tuning.data imports torch (3 s): only a CIFAR run's driver needs it
@@ -176,7 +176,7 @@ def with_precision(space: spaces.Space, record: RunRecord) -> spaces.Space:
 
 def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | None, results_dir: Path, *,
             resume: bool, add_samples: int = 0, keep_ray: bool = False,
-            on_start: Callable[[], None] | None = None, track: tracking.Target | None = None) -> SearchResult:
+            on_start: Callable[[], None] | None = None, track: tracking_store.Target | None = None) -> SearchResult:
     """Run the record's search (a first segment, or a resume adding add_samples trials) and write
     its files. on_start is called once run.json says the run is running, before the first trial.
     Ray is stopped at the end unless keep_ray. track: log to MLflow too (tuning.tracking)."""
