@@ -13,7 +13,7 @@ import psutil
 import pytest
 import torch
 
-from tuning import data, distributed, trainer
+from tuning import data, datasplit, distributed, trainer
 
 # Holds the split, every page of it read, until the test has measured its memory.
 CHILD = """
@@ -46,7 +46,7 @@ def test_two_processes_loading_a_split_hold_one_copy_between_them(tmp_path):
     try:
         sums = [p.stdout.readline() for p in procs]  # both raced to the empty cache: one wrote, one waited
         assert all(sums) and sums[0] == sums[1]
-        path = data.node_cache(src)
+        path = datasplit.node_cache(src)
         size = path.stat().st_size
         maps = [_mapping(p.pid, path) for p in procs]
         assert all(m.rss > 0.95 * size for m in maps)  # each reads all of it...
@@ -65,22 +65,23 @@ def test_mapped_values_are_bit_identical_to_decoding(tmp_path):
     mapped = data.read_train_val(src)  # maps the file another process wrote
     assert _same(written, decoded) and _same(mapped, decoded)
     assert mapped[0].x.untyped_storage().data_ptr() == written[0].x.untyped_storage().data_ptr()  # one mapping
-    assert data.node_cache(src).exists() and data._file_view(mapped[1].x).path == str(data.node_cache(src))
+    cache = datasplit.node_cache(src)
+    assert cache.exists() and datasplit._file_view(mapped[1].x).path == str(cache)
     small = data.read_train_val(src, 100, 20)  # smaller sizes: their own file, the same prefix
     assert _same(small, data.read_train_val(src, 100, 20, shared=False))
-    assert data.node_cache(src, 100, 20) != data.node_cache(src)
+    assert datasplit.node_cache(src, 100, 20) != datasplit.node_cache(src)
 
 
 def test_a_cache_of_data_since_replaced_is_not_read_and_goes(tmp_path):
     src = _source(tmp_path / "a")
     old = data.read_train_val(src)
-    stale = data.node_cache(src)
+    stale = datasplit.node_cache(src)
     # The data is written again with other content under the same name (as a regeneration would).
     other = _source(tmp_path / "b", seed=1)
     shutil.copytree(other.root, src.root, dirs_exist_ok=True)
     new = data.read_train_val(src)
     assert _same(new, data.read_train_val(src, shared=False)) and not _same(new, old)
-    assert data.node_cache(src) != stale and not stale.exists()
+    assert datasplit.node_cache(src) != stale and not stale.exists()
 
 
 def test_a_cache_that_cannot_be_written_leaves_each_process_its_own_copy(tmp_path, monkeypatch, caplog):
@@ -94,21 +95,21 @@ def test_a_cache_that_cannot_be_written_leaves_each_process_its_own_copy(tmp_pat
 
     monkeypatch.setattr(data.atomic, "write_atomically", full)
     got = data.read_train_val(src)
-    assert _same(got, decoded) and data._file_view(got[0].x) is got[0].x  # not mapped
+    assert _same(got, decoded) and datasplit._file_view(got[0].x) is got[0].x  # not mapped
     assert [r.levelno for r in caplog.records] == [logging.WARNING] and "No space left on device" in caplog.text
     monkeypatch.undo()
     caplog.clear()
-    shutil.rmtree(Path(src.root) / data.CACHE_DIR)  # the first attempt left its folder (and lock file)
-    (Path(src.root) / data.CACHE_DIR).write_text("")  # no folder can be made there (as on a read-only disk)
+    shutil.rmtree(Path(src.root) / datasplit.CACHE_DIR)  # the first attempt left its folder (and lock file)
+    (Path(src.root) / datasplit.CACHE_DIR).write_text("")  # no folder can be made there (as on a read-only disk)
     assert _same(data.read_train_val(src), decoded)
     assert [r.levelno for r in caplog.records] == [logging.WARNING] and "Not a directory" in caplog.text
 
 
 def test_sharing_off_decodes_as_before(tmp_path, monkeypatch):
     src = _source(tmp_path)
-    monkeypatch.setenv(data.SHARED_ENV, "0")
+    monkeypatch.setenv(datasplit.SHARED_ENV, "0")
     train, _ = data.read_train_val(src)
-    assert data._file_view(train.x) is train.x and not (Path(src.root) / data.CACHE_DIR).exists()
+    assert datasplit._file_view(train.x) is train.x and not (Path(src.root) / datasplit.CACHE_DIR).exists()
 
 
 def _smaps(path: Path) -> dict:
@@ -135,11 +136,11 @@ def test_training_with_augmentation_never_writes_into_the_shared_split(tmp_path)
     same = ("loss", "accuracy", "train_loss")  # same seed, same data: the same metrics, whatever holds it
     assert [runs[0][k] for k in same] == [runs[1][k] for k in same]
     # Copy-on-write: a write into the split would have made a private dirty page of the mapping.
-    assert _smaps(data.node_cache(src)).get("Private_Dirty", -1) == 0
+    assert _smaps(datasplit.node_cache(src)).get("Private_Dirty", -1) == 0
 
 
 def _rank_view(*, split, rank, world_size, device, on_epoch):
-    view = data._file_view(split.x)
+    view = datasplit._file_view(split.x)
     return {"file": view.path if view is not split.x else None, "x": float(split.x.double().sum()),
             "y": split.y.tolist()}
 
@@ -151,4 +152,4 @@ def test_ddp_ranks_map_the_file_rather_than_receive_a_copy(tmp_path):
     train, _ = data.load_train_val(src)
     part = data.Split(train.x[10:50], train.y[10:50])  # a view, as tests/test_ddp.py hands ranks
     got = distributed.run(_rank_view, {"split": part}, world_size=2)
-    assert got == {"file": str(data.node_cache(src)), "x": float(part.x.double().sum()), "y": part.y.tolist()}
+    assert got == {"file": str(datasplit.node_cache(src)), "x": float(part.x.double().sum()), "y": part.y.tolist()}

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from tuning import api, run, spaces
+from tuning import api, inputs, run, spaces
 from tuning.backend.trainables import oom_message
 
 TESTS = Path(__file__).resolve().parent
@@ -34,7 +34,7 @@ def _cluster(cpus: float, gpus: float) -> dict:
 
 def _resources(space, cluster, gpus_per_trial=None):
     """(cpus, gpus, workers) per trial, as tuning.api checks and records them."""
-    res, workers = api._resources(space, cluster, None, gpus_per_trial, None)
+    res, workers = inputs.resources(space, cluster, None, gpus_per_trial, None)
     return res["cpu"], res["gpu"], workers
 
 

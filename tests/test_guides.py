@@ -10,7 +10,7 @@ import pytest
 
 import tuning
 from conftest import ROOT
-from tuning import contract, growth, session, spaces
+from tuning import contract, growth, searchresult, spaces
 from tuning.run import build_parser
 
 GUIDES = {"from-ray-tune.md": ("Ray Tune", "examples/from_ray_tune.py"),
@@ -113,9 +113,9 @@ def test_every_name_in_our_column_exists(guide):
                     (ROOT / "tuning" / f"{name}.py").exists(), f"{guide}: tuning.{name} does not exist"
                 checked += 1
             for first, second in re.findall(r"\bresult\.(\w+)(?:\.(\w+))?", span):
-                assert _attribute(session.SearchResult, first), f"{guide}: SearchResult has no {first}"
+                assert _attribute(searchresult.SearchResult, first), f"{guide}: SearchResult has no {first}"
                 if first == "best" and second:
-                    assert _attribute(session.Best, second), f"{guide}: result.best has no {second}"
+                    assert _attribute(searchresult.Best, second), f"{guide}: result.best has no {second}"
                 checked += 1
             for name in re.findall(r"\b(\w+)=(?!=)", span):
                 assert name in keywords, f"{guide}: {name}= is no keyword of search, resume, Space or a declaration"

@@ -31,7 +31,7 @@ def __getattr__(name: str):
 
         return trialstate.load_checkpoint
     if name in ("SearchResult", "Best"):
-        from tuning import session
+        from tuning import searchresult
 
-        return getattr(session, name)
+        return getattr(searchresult, name)
     raise AttributeError(f"module 'tuning' has no attribute {name!r}")

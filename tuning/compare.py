@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from tuning import api, backend, cli, growth, mobench, objectives, peers, replay, results, spaces, tracking
+from tuning import api, backend, cli, growth, mobench, objectives, peers, provenance, replay, results, spaces, tracking
 from tuning import tracking_store
 from tuning.cli import UsageError
 from tuning.experiment import (Experiment, load_experiment, replay_experiment, several_fields, space_of,
@@ -85,8 +85,8 @@ def run_tasks(name: str, exp: Experiment, out: Path, *, tasks: tuple, argv: list
     done = {t: out / t for t in exp.tasks if (out / t / "finals.csv").exists()}
     from tuning.report import tasks as summary
 
-    return summary.write_summary(out, done, description=exp.description,
-                                 command="python -m tuning.compare " + " ".join(map(results.portable, argv)))["markdown"]
+    command = "python -m tuning.compare " + " ".join(map(provenance.portable, argv))
+    return summary.write_summary(out, done, description=exp.description, command=command)["markdown"]
 
 
 def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None, budget: float | None,
@@ -205,18 +205,18 @@ def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, so
         "mode": space.mode, "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seeds,
         "params": list(space.params), "optimum": known.get("optimum"),
         "regret": known.get("regret"), "dims": known.get("dims"),
-        "description": exp.description, "space": results.portable(exp.space), "smoke": smoke,
+        "description": exp.description, "space": provenance.portable(exp.space), "smoke": smoke,
         "reference": exp.reference, "warm_from": exp.warm_from, "peers": list(peer_names),
         **({"peers_not_run": peers.NOT_RUN} if exp.peers and not peers.supported(space) else {}),
-        **({"replay": {**replayed, "dir": results.portable(replayed["dir"])}} if replayed else {}),
+        **({"replay": {**replayed, "dir": provenance.portable(replayed["dir"])}} if replayed else {}),
         **(several_fields(exp, space, task) if objectives.multi(space) else {})})
-    results.write_json(out / "provenance.json", {  # paths as results.portable gives them: these get committed
-        "command": "python -m tuning.compare " + " ".join(map(results.portable, argv)),
-        "data": {"kind": source.kind if source else (results.portable(exp.space) if recorded
+    results.write_json(out / "provenance.json", {  # paths as provenance.portable gives them: these get committed
+        "command": "python -m tuning.compare " + " ".join(map(provenance.portable, argv)),
+        "data": {"kind": source.kind if source else (provenance.portable(exp.space) if recorded
                                                      else f"benchmark:{space.trainer}"),
-                 "root": results.portable(source.root) if source else None},
-        "machine": results.machine(), "seeds": seeds, "git_commit": results.git_commit(),
-        "versions": results.versions()})
+                 "root": provenance.portable(source.root) if source else None},
+        "machine": provenance.machine(), "seeds": seeds, "git_commit": provenance.git_commit(),
+        "versions": provenance.versions()})
 
 
 def _warm(exp: Experiment, strategy: str, seed: int, out: Path, over: dict, setting: dict) -> dict:

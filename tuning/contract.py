@@ -52,6 +52,11 @@ class DataSource:
     root: str  # the folder holding cifar-10-batches-py/
 
 
+class DataError(TuningError):
+    """The requested data cannot be had; the message says how to get it (tuning.data, tuning.datasplit).
+    Here, beside DataSource, so that both can raise it."""
+
+
 class ContractError(TuningError):
     """A trainer that cannot be called as the contract says: one line naming what to change."""
 

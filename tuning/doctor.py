@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuning import cli, data, results
+from tuning import cli, data, provenance, results
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 MIN_FREE_GB = 2.0  # a CIFAR run keeps two checkpoints per trial (~1 MB each) plus logs: 2 GB is ample
@@ -28,7 +28,7 @@ def _line(status: str, what: str, detail: str, fix: str = "") -> dict:
 
 
 def check_software() -> list[dict]:
-    v = results.versions()
+    v = provenance.versions()
     out = [_line(OK, "versions", ", ".join(f"{k} {v[k]}" for k in
                                            ("python", "torch", "torchvision", "ray", "hpbandster", "ConfigSpace")))]
     py = tuple(int(x) for x in v["python"].split(".")[:2])

@@ -12,7 +12,7 @@ import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuning import cli, mobench, objectives, peers, replay, results, spaces
+from tuning import cli, mobench, objectives, peers, provenance, replay, spaces
 from tuning.cli import UsageError
 from tuning.report import mocompare
 
@@ -118,7 +118,7 @@ def replay_experiment(folder: str) -> tuple[str, Experiment]:
         space=replay.PREFIX + folder, budget=spaces.grid_size(space),
         # Smoke: 4 epochs (rungs 1, 2, 4 at reduction factor 2), 2 seeds, 4 full evaluations.
         smoke={"budget": 4, "seeds": 2, "max_epochs": min(4, space.max_epochs)},
-        description=f"The learning curves recorded in {results.portable(folder)} ({space.metric}, "
+        description=f"The learning curves recorded in {provenance.portable(folder)} ({space.metric}, "
                     f"{space.mode}imised; {', '.join(space.params)}), replayed: what each strategy would have "
                     "found, and at what cost.")
 

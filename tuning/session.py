@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import pandas as pd
 
-from tuning import backend, cli, contract, growth, objectives, results, spacejson, spaces, tracking, tracking_store
+from tuning import backend, cli, contract, growth, objectives, provenance, results, spacejson, spaces, tracking
+from tuning import tracking_store
 from tuning.record import RunRecord
+from tuning.searchresult import Best, SearchResult
 
 if TYPE_CHECKING:  # tuning.data imports torch (3 s): only a CIFAR run's driver needs it
     from tuning import data
@@ -26,128 +27,6 @@ log = logging.getLogger(__name__)
 class MetricError(cli.TuningError):
     """The trainer's first result could not be used (the space's metric missing, or not a number):
     the run stopped there; its files are kept."""
-
-
-@dataclass
-class Best:
-    """The incumbent: the best trial at the full budget (results.incumbent). With several objectives
-    or constraints, the feasible front member best on the first objective (tuning.objectives)."""
-
-    trial_id: str
-    config: dict  # the searched parameters
-    metrics: dict  # every final metric, and test_loss / test_accuracy where measured
-    epochs: int
-    note: str = ""  # empty at the full budget; else how it was chosen
-    # Its last checkpoint: the folder (a Path; a URI with --storage-path) whose state
-    # tuning.load_checkpoint reads back; None where the trial kept none (a trainer that returns its
-    # metrics, a synthetic benchmark).
-    checkpoint: Path | str | None = None
-
-
-@dataclass
-class SearchResult:
-    """What tuning.search() and tuning.resume() return."""
-
-    results_dir: Path
-    status: str  # "finished", "interrupted" or "time budget spent"
-    trials: pd.DataFrame  # one row per trial (trials.csv)
-    epochs: pd.DataFrame  # one row per trial and epoch: the learning curves (epochs.csv)
-    best: Best | None
-    record: RunRecord  # run.json
-    report: Path | None  # report.html, None where it could not be written
-    tracking: list = field(default_factory=list)  # the summary's lines on MLflow (tuning.tracking)
-    # With several objectives or constraints: the feasible, non-dominated trials at the full budget
-    # (pareto.csv; rows of trials.csv). None for a space with one metric.
-    pareto: pd.DataFrame | None = None
-
-    @property
-    def best_config(self) -> dict | None:
-        return dict(self.best.config) if self.best else None
-
-    @property
-    def succeeded(self) -> int:
-        """Trials that trained to their end (or a scheduler's stop) without diverging."""
-        t = self.trials
-        if t.empty:
-            return 0
-        return int(((t["status"] == "TERMINATED") & ~t["diverged"].astype(bool)).sum())
-
-    def __repr__(self) -> str:
-        best = f"best {self.record.metric}={self.best.metrics.get(self.record.metric)!r}" if self.best else "no best"
-        return f"SearchResult({self.status}, {len(self.trials)} trials, {best}, {self.results_dir})"
-
-    def summary(self) -> str:
-        """What tuning.run prints at the end: the trials' fates, device time, the incumbent."""
-        r = self.record
-        lines = [f"{r.trials} trials: {r.stopped_early} stopped early by the scheduler, {r.failed} failed, "
-                 f"{r.resumed_trials} paused and resumed from a checkpoint, {r.recomputed_epochs} epochs recomputed",
-                 f"  device time: {r.cpu_hours:.3g} CPU-hours, {r.gpu_hours:.3g} GPU-hours "
-                 "(each trial's resources times its running time)"]
-        if r.memory_growing:
-            lines.append(f"  {r.memory_growing} trial(s) grew in memory epoch after epoch: see memory_growing and "
-                         "peak_rss_mb in trials.csv; a tensor kept alive across steps is the usual cause")
-        lines += self._best_lines() + self._front_lines() + self._failure_lines()
-        banner = data_banner(r.data)
-        if banner:
-            lines.append(banner)
-        lines += self.tracking
-        lines += [f"Results: {self.results_dir}  (report.html, report.md, trials.csv, epochs.csv, best_config.json, "
-                  "run.json)", f"Report: {self.results_dir / 'report.html'}"]
-        return "\n".join(lines)
-
-    def _best_lines(self) -> list[str]:
-        b, r = self.best, self.record
-        if b is None:
-            diverged = f" ({r.diverged} diverged)" if r.diverged else ""
-            return [f"No trial reported a usable {r.metric}{diverged}."]
-        cfg = ", ".join(f"{p}={v:.4g}" if isinstance(v, float) else f"{p}={v}" for p, v in b.config.items())
-        label = f"validation {r.metric}" if (r.data or {}).get("kind") in ("cifar10", "synthetic") else r.metric
-        others = [f"{k} {_fmt(v)}" for k, v in b.metrics.items()
-                  if k != r.metric and not k.startswith(("best_", "test_"))]
-        out = [f"Best trial {b.trial_id}: {cfg}",
-               f"  {label} {_fmt(b.metrics.get(r.metric))}" + (f" ({', '.join(others)})" if others else "") +
-               f" after {b.epochs} epochs"]
-        if b.note:
-            out.append(f"  ({b.note})")
-        if b.metrics.get("test_accuracy") is not None:
-            out.append(f"  test loss {b.metrics['test_loss']:.4f}, accuracy {b.metrics['test_accuracy']:.4f} "
-                       f"on {b.metrics.get('test_images')} test images")
-        return out
-
-    def _front_lines(self) -> list[str]:
-        if self.pareto is None:
-            return []
-        ways = self.record.declaration.get("objectives") or {self.record.metric: self.record.mode}
-        if self.pareto.empty:
-            return ["  Pareto front: empty (no trial met the constraints at the full budget); pareto.csv has none"]
-        points = "; ".join(", ".join(f"{k} {_fmt(row[k])}" for k in ways) for _, row in self.pareto.head(5).iterrows())
-        more = f"; and {len(self.pareto) - 5} more" if len(self.pareto) > 5 else ""
-        return [f"  Pareto front ({', '.join(f'{k} {v}' for k, v in ways.items())}): {len(self.pareto)} trial(s) in "
-                f"pareto.csv: {points}{more}"]
-
-    def _failure_lines(self) -> list[str]:
-        t = self.trials
-        failed = t[t["status"] == "ERROR"] if len(t) else t
-        if failed.empty:
-            return []
-        first = failed.iloc[0]
-        # error_file: relative to the results dir (errors/<trial_id>.txt)
-        where = f"; its traceback: {self.results_dir / first['error_file']}" if first.get("error_file") else ""
-        return [f"  {len(failed)} trial(s) failed; trial {first['trial_id']}: {first['error']}{where}"]
-
-
-def _fmt(v) -> str:
-    return f"{v:.4f}" if isinstance(v, float) else str(v)
-
-
-def data_banner(data_record: dict | None) -> str | None:
-    kind = (data_record or {}).get("kind")
-    if kind == "synthetic":
-        return (f"DATA: SYNTHETIC CIFAR-10-shaped images ({data_record['root']}); no real CIFAR-10 was used, "
-                "so accuracies say nothing about CIFAR-10")
-    if kind == "cifar10":
-        return f"DATA: real CIFAR-10 ({data_record['root']})"
-    return None
 
 
 def start(space: spaces.Space, record: RunRecord, *, address: str | None, worker_logs: bool) -> tuple:
@@ -276,7 +155,8 @@ def _record_start(space: spaces.Space, record: RunRecord, source, results_dir: P
             record.data = {"kind": source.kind, "root": source.root}
         else:  # the trainer brings its own data
             record.data = {"kind": "trainer" if contract.is_user_trainer(space.trainer) else f"benchmark:{space.trainer}"}
-        record.fixed, record.versions, record.git_commit = dict(space.fixed), results.versions(), results.git_commit()
+        record.fixed, record.versions = dict(space.fixed), provenance.versions()
+        record.git_commit = provenance.git_commit()
         record.started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started))
         record.metric, record.mode, record.params = space.metric, space.mode, spacejson.declarations(space)
     _close_killed_segment(record, results_dir)

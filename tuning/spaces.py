@@ -22,8 +22,9 @@ from typing import Any, Callable, Union
 from tuning import conditions, objectives as objective_rules
 from tuning.cli import TuningError
 # The parameter types are imported from here by every space file and user (their public home).
-from tuning.params import (_NAMES, PARAM_TYPES, Choice, IntLogUniform, IntUniform, LogUniform, Param, SpaceError,
-                           Uniform, contains, to_positions)
+from tuning.params import (  # noqa: F401
+    _NAMES, PARAM_TYPES, Choice, IntLogUniform, IntUniform, LogUniform, Param, SpaceError, Uniform, contains,
+    to_positions)
 # For tuning/backend (bohb, tpe, trainables, tune_parts, replay), which reads them here until it imports
 # tuning.params.
 from tuning.params import from_positions, plain  # noqa: F401

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tuning import record as records
-from tuning import results, tracking_front
+from tuning import provenance, results, tracking_front
 from tuning.tracking_store import Target, Worker, batches, setting, short
 
 log = logging.getLogger(__name__)
@@ -266,7 +266,7 @@ class Comparison:
         else:
             self.parent = w.client.create_run(self.experiment_id, run_name=self.name, tags={
                 "tuning.kind": "comparison", "tuning.out": str(self.out.absolute()),
-                "git_commit": results.git_commit() or "unknown"}).info.run_id
+                "git_commit": provenance.git_commit() or "unknown"}).info.run_id
             w.log(self.parent, params=self.params)
         results.write_json(self.out / self.FILE, {"uri": t.uri, "experiment": t.experiment,
                                                   "experiment_id": self.experiment_id, "parent_run_id": self.parent})

@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tuning import cli, data, distributed, forkserver, results, spaces, trainer
+from tuning import cli, data, datasplit, distributed, forkserver, provenance, spaces, trainer
 from tuning.bench.harness import (OVERHEAD_KINDS, overhead_in_fresh_process, row, run_tune, synthetic,
                                   trainer_vs_bare, write_rows)
 from tuning.bench.memory import bench_memory, bench_node_memory
@@ -125,7 +125,7 @@ def bench_data(quick: bool) -> list[dict]:
     t = time.perf_counter()
     train, _ = data.read_train_val(src, shared=False)
     first = time.perf_counter() - t
-    data.node_cache(src).unlink(missing_ok=True)  # the node's copy, written anew: what a node's first trial pays
+    datasplit.node_cache(src).unlink(missing_ok=True)  # the node's copy, written anew: what a node's first trial pays
     t = time.perf_counter()
     data.read_train_val(src, shared=True)
     write = time.perf_counter() - t
@@ -266,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
     p.add_argument("--out", default=None, help="results folder (default results/bench-<time>)")
     p.add_argument("--no-shared-data", action="store_true",
-                   help=f"every trial decodes its own copy of the data ({data.SHARED_ENV}=0), as before the node's "
-                        "shared copy; node_memory then measures only that")
+                   help=f"every trial decodes its own copy of the data ({datasplit.SHARED_ENV}=0), as before the "
+                        "node's shared copy; node_memory then measures only that")
     p.add_argument("--no-fork-server", action="store_true",
                    help=f"every CIFAR trial imports torch in its own process ({forkserver.ENV}=0), as before the "
                         "node's fork server; node_memory then leaves out its forked mode")
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     cli.quiet_libraries()
     if args.no_shared_data:  # before Ray starts: its trial processes inherit the environment
-        os.environ[data.SHARED_ENV] = "0"
+        os.environ[datasplit.SHARED_ENV] = "0"
     if args.no_fork_server:
         os.environ[forkserver.ENV] = "0"
     out = Path(args.out or f"results/bench-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
 
         (out / "scale.json").write_text(json.dumps(scale.bench_scale.runs, indent=1) + "\n")
     # The commit too: a figure is only reproducible from the code that measured it.
-    machine = {**results.machine(), "git_commit": results.git_commit()}
+    machine = {**provenance.machine(), "git_commit": provenance.git_commit()}
     (out / "machine.json").write_text(json.dumps(machine, indent=2) + "\n")
     width = max(len(r["metric"]) for r in rows)
     for r in rows:

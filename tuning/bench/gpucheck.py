@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from tuning import cli, results
+from tuning import cli, provenance, results
 from tuning.bench import gpusteps
 from tuning.bench.harness import write_rows
 
@@ -178,7 +178,7 @@ def _machine(cuda: bool) -> dict:
 
     from tuning import doctor
 
-    info = results.machine() if cuda else {**results.versions(), "cpus": os.cpu_count()}
+    info = provenance.machine() if cuda else {**provenance.versions(), "cpus": os.cpu_count()}
     try:
         info["nvml"] = doctor.read_gpus()
     except Exception as exc:  # no driver, no nvidia-ml-py: the steps say what that means

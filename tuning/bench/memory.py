@@ -9,7 +9,7 @@ import re
 import threading
 from pathlib import Path
 
-from tuning import data, spaces
+from tuning import data, datasplit, spaces
 from tuning.bench.harness import row, run_tune, synthetic
 
 MAX_STEPS = 20  # optimizer steps per node-memory trial: enough to reach the training peak
@@ -32,7 +32,7 @@ _FIGURES = ("pss", "uss", "data", "store")
 
 def _process_memory(pids) -> dict[str, float]:
     """PSS and USS (MB) of these processes together, and the PSS of their mappings of the node's
-    data files (tuning.data.node_cache) and of Ray's object store (plasma). PSS counts a page shared
+    data files (tuning.datasplit.node_cache) and of Ray's object store (plasma). PSS counts a page shared
     by n processes as 1/n in each, so the sum over processes counts it once; RSS would count it n
     times. One pass over /proc/PID/smaps each (psutil's memory_maps took a third of a core here)."""
     out = dict.fromkeys(_FIGURES, 0.0)
@@ -48,7 +48,7 @@ def _process_memory(pids) -> dict[str, float]:
                 elif line.startswith(("Private_Clean:", "Private_Dirty:")):
                     out["uss"] += int(line.split()[1]) / 1024
                 elif not line[0].isupper():  # a mapping's first line: "start-end perms offset dev inode [path]"
-                    kind = "data" if f"/{data.CACHE_DIR}/" in line else "store" if "plasma" in line else None
+                    kind = "data" if f"/{datasplit.CACHE_DIR}/" in line else "store" if "plasma" in line else None
     return out
 
 
@@ -138,13 +138,14 @@ def bench_node_memory(quick: bool) -> list[dict]:
     space = spaces.load("cifar_asha")
     space = dataclasses.replace(space, fixed={**space.fixed, "max_steps": MAX_STEPS})
     # --no-shared-data: unshared only; --no-fork-server: no forked mode
-    modes = ("unshared",) if not data.sharing_on() else ("unshared", "shared", "forked") if forkserver.enabled() \
+    modes = ("unshared",) if not datasplit.sharing_on() else ("unshared", "shared", "forked") if forkserver.enabled() \
         else ("unshared", "shared")
     rows = []
     try:
         for mode in modes:
             backend.stop_ray()
-            switches = {data.SHARED_ENV: "0" if mode == "unshared" else "1", forkserver.ENV: "1" if mode == "forked" else "0"}
+            switches = {datasplit.SHARED_ENV: "0" if mode == "unshared" else "1",
+                        forkserver.ENV: "1" if mode == "forked" else "0"}
             peaks = {}
             with backend.environ(switches):  # trial processes inherit them from the Ray started in here
                 for k in counts:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pandas as pd
 
 from tuning import record as records
-from tuning import fidelity, objectives, progress, results, spacejson, spaces
+from tuning import fidelity, objectives, progress, provenance, results, spacejson, spaces
 from tuning.report import fanova, front, runplots
 from tuning.report import hypervolume as hv
 from tuning.report.analysis import ReportError
@@ -160,15 +160,15 @@ def _label(plan: RunRecord, metric: str) -> str:
 
 
 def _provenance(rec: RunRecord) -> pd.DataFrame:
-    """What produced the run. Its paths as results.portable gives them, as a report gets committed;
+    """What produced the run. Its paths as provenance.portable gives them, as a report gets committed;
     run.json keeps them whole, for --resume."""
     plan = rec.to_json()
-    command = ("python -m tuning.run " + shlex.join(map(results.portable, rec.argv)) if rec.argv is not None
+    command = ("python -m tuning.run " + shlex.join(map(provenance.portable, rec.argv)) if rec.argv is not None
                else "tuning.search() in Python")
     if (rec.data or {}).get("root"):
-        plan["data"] = {**rec.data, "root": results.portable(rec.data["root"])}
+        plan["data"] = {**rec.data, "root": provenance.portable(rec.data["root"])}
     for k in ("space", "storage_path"):  # a space's .py file; a shared folder (or s3://, kept)
-        plan[k] = plan[k] and results.portable(plan[k])
+        plan[k] = plan[k] and provenance.portable(plan[k])
     keep = {"command": command, "trainer": rec.trainer,
             **{k: plan.get(k) for k in ("status", "started", "wall_time_s", "resumes", "git_commit", "space",
                                          "strategy", "seed", "num_samples", "max_epochs", "data",

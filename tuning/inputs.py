@@ -1,0 +1,255 @@
+"""Every input of tuning.search and tuning.resume checked before anything starts (tuning.api calls
+these in order): flags and their values, the trainer against its contract, the results folder and
+its lock, the resources a trial asks for, and what a resume or a warm start reads back. Bad input
+raises UsageError (or SpaceError, ContractError) with one line saying what to change.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+from tuning import cli, contract, growth, record as records, spacejson, spaces
+from tuning.cli import UsageError
+
+log = logging.getLogger(__name__)
+
+
+def with_objectives(space: spaces.Space, objectives: dict | None, constraints: dict | None) -> spaces.Space:
+    """The space with the objectives and constraints given (--objective, --constraint) in place of its
+    own; the first objective becomes its metric. Checked as a Space checks them."""
+    if objectives is None and constraints is None:
+        return space
+    changes = {"constraints": constraints} if constraints is not None else {}
+    if objectives is not None:
+        if not isinstance(objectives, dict) or not objectives:
+            raise UsageError(f"objectives= takes a dict of metric names and directions, e.g. "
+                             f"{{'loss': 'min', 'latency_ms': 'min'}}, got {objectives!r}")
+        first, way = next(iter(objectives.items()))
+        changes.update(objectives=objectives, metric=first, mode=way if way in ("min", "max") else "min")
+    return space.replace(**changes)
+
+
+def check_at_least(name: str, value, minimum=1) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum):
+        flag = "--" + name.replace("_", "-")
+        raise UsageError(f"{flag} must be at least {minimum}, got {value}")
+
+
+def storage(value: str | None) -> str | None:
+    import argparse
+
+    try:
+        return cli.storage_path(str(value)) if value else None
+    except argparse.ArgumentTypeError as exc:
+        raise UsageError(f"--storage-path {exc}") from None
+
+
+def budget(value) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return growth.parse_duration(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or not math.isfinite(value):
+        raise UsageError(f"--time-budget {value!r}: give a positive number of seconds or a duration such as 30m")
+    return float(value)
+
+
+def check_trainer(space: spaces.Space, workers: int) -> None:
+    """A trainer of the user's, checked where the driver can: it imports, and it takes what tuning
+    passes (tuning.contract)."""
+    if not contract.is_user_trainer(space.trainer):
+        return
+    fn = contract.resolve(space.trainer)
+    name = spaces.trainer_name(space.trainer)
+    contract.check_signature(fn, name, list(space.params), list(space.fixed), ranks=workers,
+                             conditional={k: p.when for k, p in space.params.items() if p.when})
+    if workers > 1 and contract.module_of(fn) is None:
+        raise contract.ContractError(f"trainer {name}: --workers-per-trial {workers} spawns DDP ranks, which import "
+                                     "the trainer by name: define it in an importable module and pass "
+                                     "'module:function'")
+
+
+def returns_metrics(space: spaces.Space, strategy: str) -> bool:
+    """Whether the trainer returns its metrics instead of calling on_epoch, as its source reads
+    (tuning.contract.reporting): each trial is then one report. A strategy that judges trials by
+    their epochs refuses it here, before anything starts; one the source does not tell is caught
+    at its first trial."""
+    if not contract.is_user_trainer(space.trainer):
+        return False
+    fn = contract.resolve(space.trainer)
+    if contract.reporting(fn) != "returns":
+        return False
+    refusal = contract.one_report_refusal(strategy, 1, spaces.trainer_name(space.trainer))
+    if refusal:
+        raise contract.ContractError(refusal)
+    log.info("trainer %s returns its metrics instead of calling on_epoch: each trial is one report",
+             spaces.trainer_name(space.trainer))
+    return True
+
+
+def check_replay(space: spaces.Space, max_epochs: int) -> None:
+    """A replay of a recorded run (tuning/replay.py) asks only for what was recorded."""
+    from tuning import replay
+
+    if replay.is_replay(space.trainer):
+        replay.check(replay.read(replay.folder_of(space.trainer)), space, max_epochs)
+
+
+def check_workers_import(space: spaces.Space, ray_was_running: bool) -> None:
+    """Ray's workers can import the trainer's module (they get the driver's sys.path as it was when
+    Ray started, and a cluster's other nodes only what is installed there)."""
+    from tuning import backend
+
+    module = contract.module_of(space.trainer) if contract.is_user_trainer(space.trainer) else None
+    if module is None:
+        return
+    error = backend.worker_import_error(module)
+    if error:
+        if not ray_was_running:
+            backend.stop_ray()
+        raise contract.ContractError(
+            f"trainer {spaces.trainer_name(space.trainer)} imports here but not in Ray's worker processes "
+            f"({error}): put its folder on PYTHONPATH before Ray starts (or install it on every node), "
+            "or pass the function itself")
+
+
+def lock(path: Path):
+    """Hold the results dir for this process: a second run on it refuses instead of mixing files.
+    The OS drops the lock when the process dies, even by SIGKILL, so --resume can take it."""
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(path / ".lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        raise UsageError(f"results dir {path} is in use by another tuning.run: wait for it to finish "
+                         "or choose another --results-dir") from None
+    return lock
+
+
+def prepare_results_dir(path: Path) -> bool:
+    """Make sure results can be written there without touching anything already present.
+    Returns whether the folder was created now (so a later refusal can remove it)."""
+    created = not path.exists()
+    if path.is_dir() and (path / ".lock").exists():
+        lock(path).release()  # refuses if another run holds it
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UsageError(f"results dir {path} already exists and is not empty: choose a new --results-dir "
+                         "so no earlier result is overwritten (or --resume it if it is unfinished)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot write to results dir {path} ({exc.strerror or exc}): "
+                         "choose a writable --results-dir") from None
+    return created
+
+
+def remove_if_empty(path: Path, created: bool) -> None:
+    if created and path.exists() and not any(p.name != ".lock" for p in path.iterdir()):
+        (path / ".lock").unlink(missing_ok=True)
+        path.rmdir()
+
+
+def resources(space: spaces.Space, cluster: dict, cpus, gpus, workers) -> tuple[dict, int]:
+    """({"cpu", "gpu"} per trial, DDP workers per trial), checked against what Ray sees: a trial
+    runs on one node, so against the largest node's CPUs and GPUs."""
+    workers = workers if workers is not None else space.workers_per_trial
+    check_at_least("workers_per_trial", workers)
+    cpus = cpus if cpus is not None else space.cpus_per_trial * workers
+    gpus = gpus if gpus is not None else space.gpus_per_trial
+    alive = [n for n in cluster["nodes"] if n["alive"]]
+    have_cpus, have_gpus = max(n["cpus"] for n in alive), max(n["gpus"] for n in alive)
+    if gpus == "auto":
+        gpus = 1 if have_gpus >= 1 and workers == 1 else 0
+    if cpus <= 0:
+        raise UsageError(f"--cpus-per-trial must be positive, got {cpus}")
+    if gpus < 0:
+        raise UsageError(f"--gpus-per-trial must not be negative, got {gpus}")
+    if gpus > 1 and gpus != int(gpus):
+        raise UsageError(f"--gpus-per-trial {gpus:g}: above 1 a trial runs one DDP rank per GPU, "
+                         "so give a whole number (or at most 1 to share a GPU)")
+    if workers > 1 and gpus > 0:
+        raise UsageError(f"--workers-per-trial {workers} is for CPU trials; a GPU trial runs one rank "
+                         "per GPU: use --gpus-per-trial N instead, or --gpus-per-trial 0")
+    if cpus > have_cpus:
+        raise UsageError(f"--cpus-per-trial {cpus:g} is more than the {have_cpus:g} CPUs of the largest Ray "
+                         "node: lower it so a trial can start")
+    if gpus > have_gpus:
+        raise UsageError(f"--gpus-per-trial {gpus:g} is more than the {have_gpus:g} GPUs of the largest Ray node: "
+                         f"use --gpus-per-trial {have_gpus:g} or run where GPUs are available")
+    ranks = int(gpus) if gpus > 1 else workers
+    batch = space.params.get("batch_size")
+    if ranks > 1 and isinstance(batch, spaces.Choice) and any(int(b) % ranks for b in batch.values):
+        raise UsageError(f"batch_size choices {list(batch.values)} do not all split evenly over {ranks} "
+                         "ranks (batch_size is the global batch): use a rank count that divides them")
+    return {"cpu": cpus, "gpu": gpus}, workers
+
+
+def precision(space: spaces.Space, flag: str | None) -> str | None:
+    """The CIFAR trainer's precision: the flag, else the space's fixed setting, else auto; None
+    for other trainers, which take no such argument."""
+    if space.trainer != "cifar" or "precision" in space.params:
+        if flag:
+            why = "searches precision" if space.trainer == "cifar" else f"trains {spaces.trainer_name(space.trainer)}"
+            raise UsageError(f"--precision is for the cifar trainer's fixed setting; {space.name or 'the space'} "
+                             f"{why}: drop it")
+        return None
+    value = flag or space.fixed.get("precision", "auto")
+    if value not in contract.PRECISIONS:
+        raise spaces.SpaceError(f"{space.name}: fixed precision {value!r} unknown: use one of "
+                                f"{', '.join(contract.PRECISIONS)}")
+    return value
+
+
+def recorded_space(rec: records.RunRecord, trainer) -> spaces.Space:
+    """The space a run searched: as its record declares it (the space file may have changed since),
+    with its trainer. A function defined in a script travels by value and has no importable name:
+    the space file gives it back, or `trainer`."""
+    by_name = not contract.is_user_trainer(rec.trainer) or contract.importable(rec.trainer)
+    if trainer is None and not by_name:
+        try:
+            trainer = spaces.load(rec.space).trainer
+        except spaces.SpaceError:
+            raise UsageError(f"this run's trainer {rec.trainer} was defined in a script, so it cannot be imported by "
+                             "name: resume it from Python, tuning.resume(DIR, trainer=your_function)") from None
+    if not rec.declaration:  # a run recorded before run.json held the whole space
+        space = spaces.load(rec.space)
+        return space.replace(trainer=trainer) if trainer is not None else space
+    return spacejson.from_json(rec.declaration, trainer=trainer)
+
+
+def extension(space: spaces.Space, rec: records.RunRecord, add_samples: int | None) -> int:
+    """Checks --add-samples and records it; the number of new trials (0: a plain resume)."""
+    if add_samples is None:
+        return 0
+    check_at_least("add_samples", add_samples)
+    if rec.strategy == "grid":  # the grid walks on and never hands out a point twice
+        left = spaces.grid_size(space) - rec.trials
+        if add_samples > left:
+            raise UsageError(f"--add-samples {add_samples}: the grid has {max(left, 0)} points not yet run "
+                             "(grid search never repeats one); add at most that many, or tune on at random "
+                             "with a new run (--strategy random)")
+    growth.record_extension(rec, add_samples)
+    return add_samples
+
+
+def warm_start(space: spaces.Space, strategy: str, dirs: list | None, top: int | None) -> dict | None:
+    """What a warm start brings: earlier results (BOHB) or best configurations (the others)."""
+    if not dirs:
+        return None
+    if strategy == "grid":
+        raise UsageError("--warm-start: grid search walks its fixed points and has nothing to learn from earlier "
+                         "runs; use random, asha, hyperband or bohb")
+    if space.grid:  # Tune would count each earlier configuration as one of a grid pass's samples
+        raise UsageError(f"--warm-start with grid={list(space.grid)}: every grid point runs num_samples fresh "
+                         "trials, which earlier configurations would replace unevenly; drop one of the two")
+    top = 3 if top is None else top
+    check_at_least("warm_start_top", top)
+    runs = growth.earlier_runs([str(d) for d in dirs], space)
+    return {"dirs": [str(Path(d).absolute()) for d in dirs], "top": top, "results": len(growth.all_rows(runs)),
+            "configs": [] if strategy in ("bohb", "adaptive") else growth.best_configs(runs, space, top)}

@@ -1,0 +1,134 @@
+"""What a search comes to: the SearchResult that tuning.search and tuning.resume return, its Best
+trial, and the summary it prints (what tuning.run shows at the end). Built by tuning.session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from tuning.record import RunRecord
+
+
+@dataclass
+class Best:
+    """The incumbent: the best trial at the full budget (results.incumbent). With several objectives
+    or constraints, the feasible front member best on the first objective (tuning.objectives)."""
+
+    trial_id: str
+    config: dict  # the searched parameters
+    metrics: dict  # every final metric, and test_loss / test_accuracy where measured
+    epochs: int
+    note: str = ""  # empty at the full budget; else how it was chosen
+    # Its last checkpoint: the folder (a Path; a URI with --storage-path) whose state
+    # tuning.load_checkpoint reads back; None where the trial kept none (a trainer that returns its
+    # metrics, a synthetic benchmark).
+    checkpoint: Path | str | None = None
+
+
+@dataclass
+class SearchResult:
+    """What tuning.search() and tuning.resume() return."""
+
+    results_dir: Path
+    status: str  # "finished", "interrupted" or "time budget spent"
+    trials: pd.DataFrame  # one row per trial (trials.csv)
+    epochs: pd.DataFrame  # one row per trial and epoch: the learning curves (epochs.csv)
+    best: Best | None
+    record: RunRecord  # run.json
+    report: Path | None  # report.html, None where it could not be written
+    tracking: list = field(default_factory=list)  # the summary's lines on MLflow (tuning.tracking)
+    # With several objectives or constraints: the feasible, non-dominated trials at the full budget
+    # (pareto.csv; rows of trials.csv). None for a space with one metric.
+    pareto: pd.DataFrame | None = None
+
+    @property
+    def best_config(self) -> dict | None:
+        return dict(self.best.config) if self.best else None
+
+    @property
+    def succeeded(self) -> int:
+        """Trials that trained to their end (or a scheduler's stop) without diverging."""
+        t = self.trials
+        if t.empty:
+            return 0
+        return int(((t["status"] == "TERMINATED") & ~t["diverged"].astype(bool)).sum())
+
+    def __repr__(self) -> str:
+        best = f"best {self.record.metric}={self.best.metrics.get(self.record.metric)!r}" if self.best else "no best"
+        return f"SearchResult({self.status}, {len(self.trials)} trials, {best}, {self.results_dir})"
+
+    def summary(self) -> str:
+        """What tuning.run prints at the end: the trials' fates, device time, the incumbent."""
+        r = self.record
+        lines = [f"{r.trials} trials: {r.stopped_early} stopped early by the scheduler, {r.failed} failed, "
+                 f"{r.resumed_trials} paused and resumed from a checkpoint, {r.recomputed_epochs} epochs recomputed",
+                 f"  device time: {r.cpu_hours:.3g} CPU-hours, {r.gpu_hours:.3g} GPU-hours "
+                 "(each trial's resources times its running time)"]
+        if r.memory_growing:
+            lines.append(f"  {r.memory_growing} trial(s) grew in memory epoch after epoch: see memory_growing and "
+                         "peak_rss_mb in trials.csv; a tensor kept alive across steps is the usual cause")
+        lines += self._best_lines() + self._front_lines() + self._failure_lines()
+        banner = data_banner(r.data)
+        if banner:
+            lines.append(banner)
+        lines += self.tracking
+        lines += [f"Results: {self.results_dir}  (report.html, report.md, trials.csv, epochs.csv, best_config.json, "
+                  "run.json)", f"Report: {self.results_dir / 'report.html'}"]
+        return "\n".join(lines)
+
+    def _best_lines(self) -> list[str]:
+        b, r = self.best, self.record
+        if b is None:
+            diverged = f" ({r.diverged} diverged)" if r.diverged else ""
+            return [f"No trial reported a usable {r.metric}{diverged}."]
+        cfg = ", ".join(f"{p}={v:.4g}" if isinstance(v, float) else f"{p}={v}" for p, v in b.config.items())
+        label = f"validation {r.metric}" if (r.data or {}).get("kind") in ("cifar10", "synthetic") else r.metric
+        others = [f"{k} {_fmt(v)}" for k, v in b.metrics.items()
+                  if k != r.metric and not k.startswith(("best_", "test_"))]
+        out = [f"Best trial {b.trial_id}: {cfg}",
+               f"  {label} {_fmt(b.metrics.get(r.metric))}" + (f" ({', '.join(others)})" if others else "") +
+               f" after {b.epochs} epochs"]
+        if b.note:
+            out.append(f"  ({b.note})")
+        if b.metrics.get("test_accuracy") is not None:
+            out.append(f"  test loss {b.metrics['test_loss']:.4f}, accuracy {b.metrics['test_accuracy']:.4f} "
+                       f"on {b.metrics.get('test_images')} test images")
+        return out
+
+    def _front_lines(self) -> list[str]:
+        if self.pareto is None:
+            return []
+        ways = self.record.declaration.get("objectives") or {self.record.metric: self.record.mode}
+        if self.pareto.empty:
+            return ["  Pareto front: empty (no trial met the constraints at the full budget); pareto.csv has none"]
+        points = "; ".join(", ".join(f"{k} {_fmt(row[k])}" for k in ways) for _, row in self.pareto.head(5).iterrows())
+        more = f"; and {len(self.pareto) - 5} more" if len(self.pareto) > 5 else ""
+        return [f"  Pareto front ({', '.join(f'{k} {v}' for k, v in ways.items())}): {len(self.pareto)} trial(s) in "
+                f"pareto.csv: {points}{more}"]
+
+    def _failure_lines(self) -> list[str]:
+        t = self.trials
+        failed = t[t["status"] == "ERROR"] if len(t) else t
+        if failed.empty:
+            return []
+        first = failed.iloc[0]
+        # error_file: relative to the results dir (errors/<trial_id>.txt)
+        where = f"; its traceback: {self.results_dir / first['error_file']}" if first.get("error_file") else ""
+        return [f"  {len(failed)} trial(s) failed; trial {first['trial_id']}: {first['error']}{where}"]
+
+
+def _fmt(v) -> str:
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def data_banner(data_record: dict | None) -> str | None:
+    kind = (data_record or {}).get("kind")
+    if kind == "synthetic":
+        return (f"DATA: SYNTHETIC CIFAR-10-shaped images ({data_record['root']}); no real CIFAR-10 was used, "
+                "so accuracies say nothing about CIFAR-10")
+    if kind == "cifar10":
+        return f"DATA: real CIFAR-10 ({data_record['root']})"
+    return None
