@@ -133,8 +133,7 @@ RAY_ROOM = "tuning/backend/rayinternals.py"
 # private API fails the test until it is taken off): strategies, hyperband, bohb and adaptive
 # subclass Tune's schedulers and searchers on their private state and hooks, and were being changed
 # (multi-objective promotion, mo.py) while the rest moved; bench/scale imports BOHB's private job wrapper.
-NOT_YET_MOVED = {"tuning/backend/hyperband.py", "tuning/backend/bohb.py", "tuning/backend/adaptive.py",
-                 "tuning/bench/scale.py"}
+NOT_YET_MOVED = {"tuning/bench/scale.py"}
 # Ray's private modules, by their path: ray._private, ray._raylet, ray._common, ray.*._internal, and
 # ray.tune.execution (Tune's controller and actor cache, no public API).
 PRIVATE_PATH = re.compile(r"\bray\._|\._private\b|\b_raylet\b|\._internal\b|\bray\.tune\.execution\b")

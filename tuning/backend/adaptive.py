@@ -105,9 +105,10 @@ class AdaptiveBOHB(PaperBOHB):
         self.agreement = Agreement()
         super().__init__(*args, **kwargs)
 
-    def _setup_bohb(self):
-        super()._setup_bohb()
-        self.bohber.agreement = self.agreement  # one object: TuneBOHB's save pickles both together
+    def make_model(self, space, settings: dict):
+        model = super().make_model(space, settings)
+        model.agreement = self.agreement  # one object: TuneBOHB's save pickles both together
+        return model
 
     def observe(self, trial_id: str, budget: float, result: dict) -> None:
         value = result.get(self.metric)
@@ -132,14 +133,14 @@ class AdaptiveHyperBand(TimeGate, PaperHyperBand):
         self.model, self._rng = model, np.random.default_rng(seed)
         self.chosen: list[int] = []  # the s of each bracket opened, in order
 
-    def _create_bracket(self, s: int):
+    def create_bracket(self, s: int):
         # Hyperband's order (s is the bracket Ray would open next), each bracket opened with
         # probability weight / the largest weight, else the next in order is tried: the same mix
         # as drawing brackets by weight, and exactly BOHB's sequence where every weight is equal.
-        order = [k % self._s_max_1 for k in range(s, s - self._s_max_1, -1)]
-        weights = {k: self.model.agreement.weight(self._get_r0(k)) for k in order if self._get_r0(k) > 0}
+        order = [k % self.brackets_per_band for k in range(s, s - self.brackets_per_band, -1)]
+        weights = {k: self.model.agreement.weight(self.first_budget(k)) for k in order if self.first_budget(k) > 0}
         top = max(weights.values())
         chosen = next(k for k in order if k in weights and (weights[k] >= top or self._rng.random() < weights[k] / top))
         self.chosen.append(chosen)
-        log.debug("bracket s=%d (first rung %s) of weights %s", chosen, self._get_r0(chosen), weights)
-        return super()._create_bracket(chosen)
+        log.debug("bracket s=%d (first rung %s) of weights %s", chosen, self.first_budget(chosen), weights)
+        return super().create_bracket(chosen)

@@ -31,18 +31,17 @@ import logging
 from typing import Callable
 
 from ray.tune.experiment import Trial
-from ray.tune.schedulers import FIFOScheduler, HyperBandForBOHB
-from ray.tune.schedulers.hyperband import _Bracket
+from ray.tune.schedulers import FIFOScheduler
 from ray.tune.schedulers.trial_scheduler import TrialScheduler
 
-from tuning.backend import mo
+from tuning.backend import mo, rayinternals
 
 log = logging.getLogger(__name__)
 
 Observer = Callable[[str, float, dict], None]  # (trial_id, budget, flat result)
 
 
-class QuotaBracket(_Bracket):
+class QuotaBracket(rayinternals.Bracket):
     """A bracket that takes exactly its quota of trials (n0) and then closes, whether or not the
     trials it was given are still running."""
 
@@ -51,7 +50,7 @@ class QuotaBracket(_Bracket):
         self.s, self.band, self.rule = s, band, rule
 
     def filled(self) -> bool:
-        return len(self._all_trials) >= self._n0
+        return len(self.all_trials) >= self.quota
 
     def successive_halving(self, metric: str, metric_op: float):
         # Ray's bookkeeping (the next rung, how many go on), then, with several objectives or a
@@ -59,15 +58,15 @@ class QuotaBracket(_Bracket):
         good, bad = super().successive_halving(metric, metric_op)
         if self.rule is None:
             return good, bad
-        return mo.split(self.rule, [*good, *bad], self._live_trials, len(good))
+        return mo.split(self.rule, [*good, *bad], self.live_trials, len(good))
 
     def describe(self) -> dict:
         """Plain data for tables and tests: which trials this bracket was given."""
-        return {"band": self.band, "s": self.s, "n0": self._n0, "r0": self._r0,
-                "trials": [t.trial_id for t in self._all_trials]}
+        return {"band": self.band, "s": self.s, "n0": self.quota, "r0": self.first_budget,
+                "trials": [t.trial_id for t in self.all_trials]}
 
 
-class PaperHyperBand(HyperBandForBOHB):
+class PaperHyperBand(rayinternals.HyperBand):
     """Ray's synchronous Hyperband (HyperBandForBOHB: largest bracket first, trials paused at each
     rung until the rung is complete) with brackets that close and every rung result observed.
 
@@ -85,10 +84,8 @@ class PaperHyperBand(HyperBandForBOHB):
         self._observe, self.rule = observe, rule
         self._observed: set[tuple[str, float]] = set()
 
-    def _create_bracket(self, s: int) -> QuotaBracket:
-        return QuotaBracket(time_attr=self._time_attr, max_trials=self._get_n0(s), init_t_attr=self._get_r0(s),
-                            max_t_attr=self._max_t_attr, eta=self._eta, s=s, band=self._state["band_idx"],
-                            stop_last_trials=self._stop_last_trials, rule=self.rule)
+    def create_bracket(self, s: int) -> QuotaBracket:
+        return QuotaBracket(**self.bracket_settings(s), s=s, band=self.band, rule=self.rule)
 
     def on_trial_add(self, tune_controller, trial: Trial):
         if trial.status in (Trial.TERMINATED, Trial.ERROR):
@@ -96,7 +93,7 @@ class PaperHyperBand(HyperBandForBOHB):
         super().on_trial_add(tune_controller, trial)
 
     def on_trial_result(self, tune_controller, trial: Trial, result: dict) -> str:
-        bracket, _ = self._trial_info[trial]
+        bracket, _ = self.trial_brackets[trial]
         if self.rule is not None and self.rule.grown_past(result):
             # Its metric can only grow: it would be as infeasible at the rung. BOHB's model learns so;
             # Tune's stop then takes it out of the bracket (on_trial_complete).
@@ -107,11 +104,11 @@ class PaperHyperBand(HyperBandForBOHB):
         if bracket.continue_trial(trial):
             return TrialScheduler.CONTINUE
         self._rung_result(trial, bracket, result)
-        others_waiting = all(t.status == Trial.PAUSED for t in bracket._live_trials if t is not trial)
+        others_waiting = all(t.status == Trial.PAUSED for t in bracket.live_trials if t is not trial)
         if not bracket.filled() or not others_waiting:
             self._searcher_pause(tune_controller, trial)
             return TrialScheduler.PAUSE
-        action = self._process_bracket(tune_controller, bracket)
+        action = self.decide(tune_controller, bracket)
         if action == TrialScheduler.PAUSE:
             self._searcher_pause(tune_controller, trial)
         return action
@@ -119,14 +116,14 @@ class PaperHyperBand(HyperBandForBOHB):
     def on_trial_complete(self, tune_controller, trial: Trial, result: dict):
         # A result Tune stopped before this scheduler saw it (the full budget, reached under
         # MaximumIterationStopper) is still a rung result: observe it before the trial leaves.
-        if trial in self._trial_info and result:
-            self._rung_result(trial, self._trial_info[trial][0], result)
+        if trial in self.trial_brackets and result:
+            self._rung_result(trial, self.trial_brackets[trial][0], result)
         super().on_trial_complete(tune_controller, trial, result)
 
     def _rung_result(self, trial: Trial, bracket: QuotaBracket, result: dict, at_rung: bool = True) -> None:
-        budget = bracket._cumul_r
+        budget, time_attr = bracket.budget, rayinternals.objective(self)[0]
         # Only at the rung itself: after a resume a trial can join a bracket whose rung it has passed.
-        if (at_rung and result.get(self._time_attr) != budget) or (trial.trial_id, budget) in self._observed:
+        if (at_rung and result.get(time_attr) != budget) or (trial.trial_id, budget) in self._observed:
             return
         self._observed.add((trial.trial_id, budget))
         if self._observe is not None:
@@ -135,16 +132,16 @@ class PaperHyperBand(HyperBandForBOHB):
     def choose_trial_to_run(self, tune_controller, allow_recurse: bool = True):
         # Defect 3 (module docstring): each of a rung's last two trials saw the other still RUNNING,
         # its pause (a checkpoint save) in flight, and both wait. Decide such a rung here.
-        for band in self._hyperbands:
+        for band in self.bands:
             for bracket in band:
                 if bracket is not None and self._rung_stuck(bracket):
-                    log.debug("deciding the rung at %s every trial waits on", bracket._cumul_r)
-                    self._process_bracket(tune_controller, bracket)
+                    log.debug("deciding the rung at %s every trial waits on", bracket.budget)
+                    self.decide(tune_controller, bracket)
         return super().choose_trial_to_run(tune_controller, allow_recurse)
 
     @staticmethod
     def _rung_stuck(bracket: QuotaBracket) -> bool:
-        live = bracket._live_trials
+        live = bracket.live_trials
         return (bracket.filled() and bool(live) and bracket.cur_iter_done() and not bracket.trials_to_unpause
                 and all(t.status == Trial.PAUSED for t in live))
 
@@ -154,16 +151,16 @@ class PaperHyperBand(HyperBandForBOHB):
         if hasattr(searcher, "on_pause"):
             searcher.on_pause(trial.trial_id)
 
-    def _unpause_trial(self, tune_controller, trial: Trial):
+    def unpause_trial(self, tune_controller, trial: Trial):
         searcher = getattr(tune_controller.search_alg, "searcher", None)
         if hasattr(searcher, "on_unpause"):
             searcher.on_unpause(trial.trial_id)
 
     def brackets(self) -> list[dict]:
-        return [b.describe() for band in self._hyperbands for b in band if b is not None]
+        return [b.describe() for band in self.bands for b in band if b is not None]
 
     def all_finished(self) -> bool:
-        return all(t.status in (Trial.TERMINATED, Trial.ERROR) for t in self._trial_info)
+        return all(t.status in (Trial.TERMINATED, Trial.ERROR) for t in self.trial_brackets)
 
 
 class PauseEveryResult(FIFOScheduler):
