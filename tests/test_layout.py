@@ -129,18 +129,13 @@ def test_the_readme_is_a_front_door_not_a_lab_book():
 # Ray's private API is used in one module, tuning/backend/rayinternals.py, written against one Ray
 # version: an upgrade breaks nothing outside it (issue 42).
 RAY_ROOM = "tuning/backend/rayinternals.py"
-# Not moved yet, each named so the list can only shrink (a file here that no longer uses Ray's
-# private API fails the test until it is taken off): strategies, hyperband, bohb and adaptive
-# subclass Tune's schedulers and searchers on their private state and hooks, and were being changed
-# (multi-objective promotion, mo.py) while the rest moved; bench/scale imports BOHB's private job wrapper.
-NOT_YET_MOVED = {"tuning/bench/scale.py"}
 # Ray's private modules, by their path: ray._private, ray._raylet, ray._common, ray.*._internal, and
 # ray.tune.execution (Tune's controller and actor cache, no public API).
 PRIVATE_PATH = re.compile(r"\bray\._|\._private\b|\b_raylet\b|\._internal\b|\bray\.tune\.execution\b")
-# Private attributes and methods of Ray's objects, read, written or overridden: those moved into the
-# room (TuneController's and its snapshot manager's, _TrainingRunMetadata's, CLIReporter's,
-# OptunaSearch's, Tune's actor class cache's), then those NOT_YET_MOVED use (Tune's variant
-# generator's and SearchGenerator's, its Hyperband, ASHA and median schedulers' and brackets', TuneBOHB's).
+# Private attributes and methods of Ray's objects, read, written or overridden, that the room holds:
+# TuneController's and its snapshot manager's, _TrainingRunMetadata's, CLIReporter's, OptunaSearch's,
+# Tune's actor class cache's, then Tune's variant generator's and SearchGenerator's, its Hyperband,
+# ASHA and median schedulers' and brackets', and TuneBOHB's.
 RAY_PRIVATE_NAMES = {
     "_checkpoint_manager", "_trials_to_cache", "_should_force_sync_up", "_last_save_time", "_last_sync_time",
     "_get_trial_checkpoints", "_start_time", "_search_alg", "_session_str", "_TrainingRunMetadata",
@@ -175,10 +170,8 @@ def _private_ray_uses(path: Path) -> list[str]:
 
 def test_rays_private_api_is_used_in_one_module_only():
     uses = {str(p.relative_to(ROOT)): _private_ray_uses(p) for p in sorted(PACKAGE.rglob("*.py"))}
-    outside = {f: u for f, u in uses.items() if u and f != RAY_ROOM and f not in NOT_YET_MOVED}
+    outside = {f: u for f, u in uses.items() if u and f != RAY_ROOM}
     assert not outside, f"Ray's private API outside {RAY_ROOM}: {outside}"
-    stale = sorted(f for f in NOT_YET_MOVED if f in uses and not uses[f])
-    assert not stale, f"{stale} no longer use Ray's private API: take them off NOT_YET_MOVED"
     assert uses[RAY_ROOM]  # the check sees what it looks for
 
 

@@ -256,11 +256,11 @@ def tell_optuna(search, trial_id: str, state) -> None:
 
 
 # ---------------------------------------------------------------- Tune's searches and schedulers
-# Ray 2.60. What tuning/backend/strategies.py, hyperband.py, bohb.py, adaptive.py and mo.py read of
-# Tune's searches and schedulers, and the private hooks they override, under public names: those
-# modules move onto these (tests/test_layout.py, NOT_YET_MOVED). Why each is used: in those modules
-# (an extension's new trials, rungs rebuilt on a resume, Hyperband's brackets that close, BOHB's
-# model fed every rung result, conditional trials).
+# Ray 2.60. What tuning/backend/strategies.py, hyperband.py, bohb.py, adaptive.py and mo.py (and the
+# bench's BOHB model, tuning/bench/scale.py) read of Tune's searches and schedulers, and the private
+# hooks they override, under public names. Why each is used: in those modules (an extension's new
+# trials, rungs rebuilt on a resume, Hyperband's brackets that close, BOHB's model fed every rung
+# result, conditional trials).
 
 
 def adopt(obj, cls: type, **attrs) -> None:

@@ -52,14 +52,11 @@ def tenths(stamps: list[float]) -> list[float]:
 
 
 def _ours(n: int, folder: Path) -> dict:
-    import logging
-
     import tuning
     from tuning import backend
     from tuning.report import runreport
     from tuning.spaces import Space, Uniform
 
-    logging.getLogger("ray").setLevel(logging.WARNING)
     backend.start_ray()  # before the clock, as for raw Tune
     space = Space(params={"x": Uniform(0.0, 1.0), "y": Uniform(0.0, 1.0)}, trainer="tuning.bench.scale:noop",
                   metric="loss", mode="min", max_epochs=1, gpus_per_trial=0, cpus_per_trial=1)
@@ -123,27 +120,25 @@ def proposal_ms(searcher: str, n: int, repeats: int = 20, seed: int = 0) -> dict
     space = spaces.load("lcbench")
     rng = np.random.default_rng(seed)
     if searcher == "bohb":
-        from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
-
+        from tuning.backend import rayinternals
         from tuning.backend.bohb import VectorisedBOHB
 
         cs = spaces.to_configspace(space, seed)
         model = VectorisedBOHB(cs, random_fraction=0.0)
         for i, config in enumerate(cs.sample_configuration(n)):
-            model.new_result(_BOHBJobWrapper(float(rng.random()), 27, dict(config)), update_model=i == n - 1)
+            model.new_result(rayinternals.bohb_job(float(rng.random()), 27, dict(config)), update_model=i == n - 1)
         t = time.perf_counter()
         for _ in range(repeats):
             model.get_config(27)
         propose = (time.perf_counter() - t) / repeats
         t = time.perf_counter()
         for config in cs.sample_configuration(repeats):
-            model.new_result(_BOHBJobWrapper(float(rng.random()), 27, dict(config)))
+            model.new_result(rayinternals.bohb_job(float(rng.random()), 27, dict(config)))
         return {"propose_ms": 1000 * propose, "observe_ms": 1000 * (time.perf_counter() - t) / repeats}
     import optuna
 
     from tuning import peers
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     for _ in range(n):  # the past, drawn at random; then the sampler tuning.backend.tpe gives OptunaSearch
         trial = study.ask()
