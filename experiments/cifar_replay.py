@@ -1,6 +1,6 @@
 """docs/calibration replayed under all five strategies: the full cifar_grid that run recorded (16
 configurations x 16 epochs of the CIFAR trainer on the full synthetic data, 10.1 CPU-hours) serves
-every evaluation from its learning curves (tuning/replay.py), so 50 strategy runs take minutes
+every evaluation from its learning curves (tuning/compare/recorded.py), so 50 strategy runs take minutes
 instead of the days retraining would (experiments/cifar_strategies is the live comparison)."""
 
 from tuning.compare import Experiment

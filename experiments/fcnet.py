@@ -1,8 +1,8 @@
-"""HPOLib's FCNet tables (tuning/realbench.py): nine categorical and integer parameters, every
+"""HPOLib's FCNet tables (tuning/compare/realbench.py): nine categorical and integer parameters, every
 configuration trained to the end (single fidelity), 100 evaluations per run, all four datasets."""
 
 from tuning.compare import Experiment
-from tuning.realbench import FCNET_DATASETS
+from tuning.compare.realbench import FCNET_DATASETS
 
 EXPERIMENT = Experiment(
     space="fcnet",

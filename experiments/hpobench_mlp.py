@@ -1,9 +1,9 @@
-"""HPOBench's MLP tables (tuning/realbench.py): five categorical and integer parameters, every
+"""HPOBench's MLP tables (tuning/compare/realbench.py): five categorical and integer parameters, every
 configuration trained to the end (single fidelity), 100 evaluations per run. Four of the eight
 datasets, every other one of the package's list."""
 
 from tuning.compare import Experiment
-from tuning.realbench import HPOBENCH_DATASETS
+from tuning.compare.realbench import HPOBENCH_DATASETS
 
 EXPERIMENT = Experiment(
     space="hpobench_mlp",

@@ -1,10 +1,10 @@
-"""LCBench's real learning curves (tuning/realbench.py): MLPs on OpenML tasks, seven parameters,
+"""LCBench's real learning curves (tuning/compare/realbench.py): MLPs on OpenML tasks, seven parameters,
 epochs 1..27, 50 full evaluations per run, every strategy and both peers. Six of the 29
 development tasks, every fifth of the README's list from the first: chosen by that rule before
 any result, so the strategies are not tuned to them. The held-out tasks are never run."""
 
 from tuning.compare import Experiment
-from tuning.realbench import LCBENCH_TASKS
+from tuning.compare.realbench import LCBENCH_TASKS
 
 EXPERIMENT = Experiment(
     space="lcbench",

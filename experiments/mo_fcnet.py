@@ -1,9 +1,9 @@
-"""FCNet's tables with two objectives (tuning.mobench): validation MSE against the parameter count,
+"""FCNet's tables with two objectives (tuning.compare.mobench): validation MSE against the parameter count,
 single fidelity, all four datasets. Exact front, exact hypervolume regret."""
 
 from tuning.compare import Experiment
-from tuning.mobench import reference
-from tuning.realbench import FCNET_DATASETS
+from tuning.compare.mobench import reference
+from tuning.compare.realbench import FCNET_DATASETS
 
 TASKS = tuple(f"mo_fcnet_{d}" for d in FCNET_DATASETS)
 

@@ -1,10 +1,10 @@
-"""HPOBench's MLP tables with two objectives (tuning.mobench): 1 - validation accuracy against
+"""HPOBench's MLP tables with two objectives (tuning.compare.mobench): 1 - validation accuracy against
 training time, single fidelity, the four datasets experiments/hpobench_mlp.py runs. The table
 holds every configuration, so its front, and each run's hypervolume regret, is exact."""
 
 from tuning.compare import Experiment
-from tuning.mobench import reference
-from tuning.realbench import HPOBENCH_DATASETS
+from tuning.compare.mobench import reference
+from tuning.compare.realbench import HPOBENCH_DATASETS
 
 TASKS = tuple(f"mo_hpobench_{d}" for d in HPOBENCH_DATASETS[::2])
 

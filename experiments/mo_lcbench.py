@@ -1,11 +1,11 @@
-"""LCBench with two objectives (tuning.mobench): validation accuracy against training time, as
+"""LCBench with two objectives (tuning.compare.mobench): validation accuracy against training time, as
 YAHPO Gym's surrogate predicts both. The six development tasks experiments/lcbench.py runs (every
 fifth of the README's list), 50 full evaluations of 27 epochs, 10 seeds. The held-out tasks are
 never run."""
 
 from tuning.compare import Experiment
-from tuning.mobench import reference
-from tuning.realbench import LCBENCH_TASKS
+from tuning.compare.mobench import reference
+from tuning.compare.realbench import LCBENCH_TASKS
 
 TASKS = tuple(f"mo_lcbench_{t}" for t in LCBENCH_TASKS[::5])
 

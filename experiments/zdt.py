@@ -1,10 +1,10 @@
-"""ZDT1 and ZDT2 with a fidelity bias (tuning.mobench): two objectives with a known front, so each
+"""ZDT1 and ZDT2 with a fidelity bias (tuning.compare.mobench): two objectives with a known front, so each
 run's hypervolume regret is exact. 30 full evaluations of 9 epochs per run, 10 seeds, every
 strategy that searches several objectives (asha is MO-ASHA; Hyperband, BOHB and adaptive promote
 by non-dominated sorting) and Optuna's NSGA-II and MOTPE as peers."""
 
 from tuning.compare import Experiment
-from tuning.mobench import ZDT_REFERENCE
+from tuning.compare.mobench import ZDT_REFERENCE
 
 EXPERIMENT = Experiment(
     space="zdt",

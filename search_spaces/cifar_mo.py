@@ -2,7 +2,7 @@
 its learning rate, and the run keeps the Pareto front of the two (docs/multi-objective.md).
 
 The CIFAR trainer measures latency_ms itself, per image in a batch of 32 on the device the trial
-trains on (tuning.trainer.latency_ms, docs/trainer.md), and reports num_params beside it: a bound
+trains on (tuning.trial.trainer.latency_ms, docs/trainer.md), and reports num_params beside it: a bound
 such as --constraint 'num_params<=300000' needs no change here."""
 
 from search_spaces._cifar import FIXED, PARAMS

@@ -1,4 +1,4 @@
-"""Conditional branches (tuning.benchmarks.conditional_branches): a choice between three functions
+"""Conditional branches (tuning.compare.benchmarks.conditional_branches): a choice between three functions
 of 6, 2 and 1 parameters, each branch's parameters absent unless it is chosen, one of them nested a
 level deeper; known optimum 0, in the branch whose random configurations are worst on average."""
 

@@ -1,9 +1,9 @@
-"""HPOBench's MLP tables (tuning.realbench): every configuration of a 10 x 10 x 3 x 10 x 10 grid
+"""HPOBench's MLP tables (tuning.compare.realbench): every configuration of a 10 x 10 x 3 x 10 x 10 grid
 of an MLP trained to the end on an OpenML dataset. The dataset is the trainer,
 "hpobench_<dataset>"; loss = 1 - validation accuracy (the mean over the table's seeds). Single
 fidelity: what the categorical and integer parts of a strategy learn, without rungs."""
 
-from tuning.realbench import table_space
+from tuning.compare.realbench import table_space
 from tuning.spaces import Choice, Space
 
 # The table's own values and nothing else: it holds results for those alone. Choices, because a

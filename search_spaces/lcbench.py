@@ -1,4 +1,4 @@
-"""LCBench (tuning.realbench): real learning curves of MLPs on OpenML tasks, through YAHPO Gym's
+"""LCBench (tuning.compare.realbench): real learning curves of MLPs on OpenML tasks, through YAHPO Gym's
 surrogate. The task is the trainer: "lcbench_<OpenML task id>", one of the 29 development tasks
 (an experiment's `tasks=` runs several); loss = 100 - validation accuracy (%)."""
 

@@ -1,4 +1,4 @@
-"""Misleading first epoch (tuning.benchmarks.misleading_first_epoch): LCBench's seven parameters,
+"""Misleading first epoch (tuning.compare.benchmarks.misleading_first_epoch): LCBench's seven parameters,
 whose first epoch ranks configurations by how fast they start and the third by where they end;
 known optimum 0.1."""
 

@@ -1,4 +1,4 @@
-"""FCNet's tables with two objectives (tuning.mobench), single fidelity: the validation MSE against
+"""FCNet's tables with two objectives (tuning.compare.mobench), single fidelity: the validation MSE against
 the network's parameter count, both minimised; the table is the trainer,
 "tuning.mobench:mo_fcnet_<dataset>"."""
 

@@ -1,4 +1,4 @@
-"""LCBench with two objectives (tuning.mobench): validation accuracy (%, max) against the training
+"""LCBench with two objectives (tuning.compare.mobench): validation accuracy (%, max) against the training
 time (s) the surrogate predicts for the epochs trained (min), over LCBench's seven parameters. The
 task is the trainer, "tuning.mobench:mo_lcbench_<OpenML task id>", one of the 29 development tasks."""
 

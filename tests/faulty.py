@@ -1,5 +1,5 @@
 """Trainers that misbehave on purpose, for the reliability tests. A space names one as
-trainer="faulty:<function>"; they follow the trainer contract of tuning.trainer.train_cifar
+trainer="faulty:<function>"; they follow the trainer contract of tuning.trial.trainer.train_cifar
 (keyword hyperparameters, epochs, state, on_epoch) without the data."""
 
 import math

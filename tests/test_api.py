@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 import tuning
-from tuning import Space, Uniform, run, trialstate
+from tuning import Space, Uniform, run
+from tuning.trial import trialstate
 from tuning.results import incumbent
 
 from cli_helpers import refused

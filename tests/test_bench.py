@@ -66,7 +66,7 @@ def test_every_goal_the_bench_writes_is_one_docs_performance_md_sets():
 @pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(600)  # node_memory's six small searches, each mode in a Ray of its own, and raw Tune's two
 def test_quick_bench_produces_every_figure(tmp_path):
-    from tuning.bench import cli as bench
+    from tuning.bench import measure as bench
 
     out = tmp_path / "bench"
     done = subprocess.run([sys.executable, "-m", "tuning.bench", "--quick", "--out", str(out)],

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from tuning import benchmarks as B
+from tuning.compare import benchmarks as B
 from tuning import spaces
 
 ONES = {**{f"c{i}": 1 for i in range(8)}, **{f"x{i}": 1.0 for i in range(8)}}

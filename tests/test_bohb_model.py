@@ -11,7 +11,7 @@ import ConfigSpace as CS
 import numpy as np
 import pytest
 
-from tuning import benchmarks as B
+from tuning.compare import benchmarks as B
 from tuning import spaces
 from tuning.backend import bohb
 from tuning.backend.bohb import VectorisedBOHB

@@ -3,7 +3,7 @@ import math
 import pandas as pd
 import pytest
 
-from tuning import synthetic
+from tuning.trial import synthetic
 from tuning.bench import calibration
 
 # Hand-made learning curves (validation accuracy at epochs 1, 2, 3) of a 3 x 2 grid.

@@ -15,7 +15,8 @@ from torch import nn
 
 from conftest import run_cli
 from test_cifar_wide import tiny  # noqa: F401  (a fixture: 256 training and 64 validation images of noise)
-from tuning import objectives, spaces, trainer
+from tuning import objectives, spaces
+from tuning.trial import trainer
 
 TINY = dict(lr=1e-2, batch_size=64, width=4, seed=3)  # about a second a run on 2 CPUs
 

@@ -14,7 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT
-from tuning import data, spaces, trainer, trialstate
+from tuning import spaces
+from tuning.trial import data, trainer, trialstate
 
 STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "tpe")
 TINY = dict(batch_size=64, epochs=1, width=4, seed=3)  # a second per run on 2 CPUs

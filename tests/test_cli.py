@@ -8,15 +8,16 @@ import pytest
 
 from cli_helpers import refused
 from conftest import ROOT
-from tuning import compare, doctor, run
+from tuning import doctor, run
+from tuning.compare import runner as compare
 from tuning.bench import calibration, gpucheck
-from tuning.bench import cli as bench
+from tuning.bench import measure as bench
 from tuning.report import comparison as report
 
 # Each command, as it names itself in its errors: its main and the module declaring its flags.
-COMMANDS = {"tuning.run": (run.main, "tuning/run.py"), "tuning.compare": (compare.main, "tuning/compare.py"),
+COMMANDS = {"tuning.run": (run.main, "tuning/run.py"), "tuning.compare": (compare.main, "tuning/compare/runner.py"),
             "tuning.report": (report.main, "tuning/report/comparison.py"),
-            "tuning.bench": (bench.main, "tuning/bench/cli.py"),
+            "tuning.bench": (bench.main, "tuning/bench/measure.py"),
             "tuning.bench.gpucheck": (gpucheck.main, "tuning/bench/gpucheck.py"),
             "tuning.bench.calibration": (calibration.main, "tuning/bench/calibration.py"),
             "tuning.doctor": (doctor.main, "tuning/doctor.py")}

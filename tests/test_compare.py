@@ -12,11 +12,11 @@ import pytest
 
 from cli_helpers import refused
 from conftest import ROOT
-from tuning import compare, peers
+from tuning.compare import peers, runner as compare
 from tuning.report import analysis
 
 STRATEGIES = ("grid", "random", "asha", "hyperband", "bohb", "adaptive", "tpe")  # experiments/counting_ones
-RUNS = STRATEGIES + peers.PEERS  # and the peers every comparison runs beside them, in process (tuning/peers.py)
+RUNS = STRATEGIES + peers.PEERS  # and the peers every comparison runs beside them, in process (tuning/compare/peers.py)
 FILES = ["runs.csv", "runs.parquet", "experiment.json", "provenance.json", "report.md", "report.html",
          "report-anytime.png", "finals.csv"]
 

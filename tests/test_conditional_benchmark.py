@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from conftest import ROOT
-from tuning import benchmarks as B
+from tuning.compare import benchmarks as B
 from tuning import conditions, spaces
 
 F = B.conditional_branches

@@ -11,7 +11,7 @@ import torch
 from torchvision.datasets import CIFAR10
 
 from conftest import ROOT
-from tuning import data, synthetic
+from tuning.trial import data, synthetic
 from tuning.bench import calibration
 
 
@@ -205,7 +205,7 @@ def guard(event, args):
             raise OSError(f"network refused by the test: {host}")
 
 sys.addaudithook(guard)
-from tuning import data
+from tuning.trial import data
 print(data.prepare("auto", sys.argv[1], synthetic_train=500, synthetic_test=100).kind)
 try:
     data.prepare("cifar10", sys.argv[1])

@@ -1,4 +1,4 @@
-"""One copy of the data per node (tuning/data.py, node_cache): processes on a node map one file,
+"""One copy of the data per node (tuning/trial/data.py, node_cache): processes on a node map one file,
 the values are those of decoding, a cache of other data is never read, and where the file cannot
 be written a trial still gets its data."""
 
@@ -13,12 +13,12 @@ import psutil
 import pytest
 import torch
 
-from tuning import data, datasplit, distributed, trainer
+from tuning.trial import data, datasplit, distributed, trainer
 
 # Holds the split, every page of it read, until the test has measured its memory.
 CHILD = """
 import sys
-from tuning import data
+from tuning.trial import data
 train, val = data.load_train_val(data.DataSource("synthetic", sys.argv[1]))
 print(float(train.x.sum()) + float(val.x.sum()) + float(train.y.sum()), flush=True)
 sys.stdin.read()
@@ -85,7 +85,7 @@ def test_a_cache_of_data_since_replaced_is_not_read_and_goes(tmp_path):
 
 
 def test_a_cache_that_cannot_be_written_leaves_each_process_its_own_copy(tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.WARNING, logger="tuning.data")  # whatever an earlier CLI main in this process set
+    caplog.set_level(logging.WARNING, logger="tuning.trial.data")  # whatever an earlier CLI main in this process set
     src = _source(tmp_path)
     decoded = data.read_train_val(src, shared=False)
     caplog.clear()

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import ddp_helpers
-from tuning import data, distributed, trainer, trialstate
+from tuning.trial import data, distributed, trainer, trialstate
 
 
 @pytest.fixture(scope="module")

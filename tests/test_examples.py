@@ -56,7 +56,7 @@ def test_gradient_boosting_from_tuning_run(tmp_path):
 def test_a_resumed_boosting_trial_goes_on_boosting(tmp_path):
     """The contract on its own, no Ray: a state handed back continues from its epoch, through a
     checkpoint written and read as a trial's is (a fitted model, not only tensors)."""
-    from tuning import trialstate as checkpoints
+    from tuning.trial import trialstate as checkpoints
 
     gb = _module("gradient_boosting")
     params = dict(learning_rate=0.1, max_leaf_nodes=15, l2_regularization=0.0, min_samples_leaf=20)

@@ -1,4 +1,4 @@
-"""Trials forked from the node's fork server (tuning.forkserver): real forks, real torch training."""
+"""Trials forked from the node's fork server (tuning.trial.forkserver): real forks, real torch training."""
 
 import functools
 import os
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import fork_jobs
-from tuning import forkserver, trainer
-from tuning.data import load_train_val
+from tuning.trial import forkserver, trainer
+from tuning.trial.data import load_train_val
 
 pytestmark = pytest.mark.skipif(not forkserver.enabled(), reason="no os.fork here")
 

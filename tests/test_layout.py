@@ -57,14 +57,14 @@ def test_no_module_of_tuning_imports_itself_back_through_others():
         if start not in done:
             walk(start, [start])
     assert not cycles, f"import circles: {[' -> '.join(c) for c in cycles]}"
-    assert {"tuning.report.comparison", "tuning.bench.cli", "tuning.spaces"} <= set(graph)  # the walk saw them
+    assert {"tuning.report.comparison", "tuning.bench.measure", "tuning.spaces"} <= set(graph)  # the walk saw them
 
 
 def test_the_run_path_never_imports_the_measurement_package():
     graph = _imports()
 
     def measuring(m: str) -> bool:
-        return m == "tuning.bench" or m.startswith("tuning.bench.")  # not tuning.benchmarks: a run's trainers
+        return m == "tuning.bench" or m.startswith("tuning.bench.")  # not tuning.compare.benchmarks: a run's trainers
 
     reach = {m for m, deps in graph.items() if not measuring(m) and any(measuring(d) for d in deps)}
     assert not reach, f"{sorted(reach)} import tuning.bench: measurement code would load on every run"
@@ -185,3 +185,30 @@ def test_every_module_of_tuning_keeps_to_400_lines():
     over = {f: n for f, n in sizes.items() if n > MAX_LINES}
     assert not over, f"modules past {MAX_LINES} lines (split each by job): {over}"
     assert sizes["tuning/spaces.py"] > 100  # the check reads the files it means to
+
+
+# The old names of moved modules, each the moved module itself under that name (sys.modules), so
+# that what imports them there still works: tuning/backend imports these until it imports
+# tuning.trial.* and tuning.compare.* (replay.py: tuning.compare.recorded, whose name it shares with
+# backend/replay.py until then). mobench stays: trainers are named `tuning.mobench:<name>` in spaces,
+# experiments and the run.json of committed comparisons.
+ALIASES = {"tuning/data.py", "tuning/trainer.py", "tuning/distributed.py", "tuning/forkserver.py",
+           "tuning/trialstate.py", "tuning/peers.py", "tuning/benchmarks.py", "tuning/replay.py", "tuning/mobench.py"}
+
+
+def test_no_two_modules_share_a_name():
+    """A module's name says which module is meant (issue 42): tuning/replay.py and backend/replay.py
+    were two. Every package has its __init__ and may have a __main__."""
+    by_name: dict[str, list[str]] = {}
+    for p in sorted(PACKAGE.rglob("*.py")):
+        if p.name not in ("__init__.py", "__main__.py") and str(p.relative_to(ROOT)) not in ALIASES:
+            by_name.setdefault(p.stem, []).append(str(p.relative_to(ROOT)))
+    shared = {name: paths for name, paths in by_name.items() if len(paths) > 1}
+    assert not shared, f"modules sharing a name: {shared}"
+    for alias in sorted(ALIASES):  # an alias is nothing more than the moved module under its old name
+        text = (ROOT / alias).read_text()
+        assert "sys.modules[__name__] = " in text and len(text.splitlines()) <= 10, alias
+    import tuning.compare.mobench
+    import tuning.mobench
+
+    assert tuning.mobench is tuning.compare.mobench

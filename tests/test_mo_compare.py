@@ -12,7 +12,8 @@ import pandas as pd
 import pytest
 
 from cli_helpers import refused
-from tuning import compare, mobench, objectives, peers, spaces
+from tuning import objectives, spaces
+from tuning.compare import mobench, peers, runner as compare
 from tuning.report import comparison, mocompare
 
 

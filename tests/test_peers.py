@@ -1,4 +1,4 @@
-"""Peers (tuning/peers.py): Optuna's TPE, alone and under its Hyperband pruner, run in process on a
+"""Peers (tuning/compare/peers.py): Optuna's TPE, alone and under its Hyperband pruner, run in process on a
 synthetic benchmark or a replay. No Ray: seconds."""
 
 import json
@@ -8,7 +8,8 @@ import pytest
 
 from cli_helpers import refused
 from conftest import ROOT
-from tuning import compare, peers, spaces
+from tuning import spaces
+from tuning.compare import peers, runner as compare
 from tuning.report import analysis
 
 CALIBRATION = ROOT / "docs" / "calibration"  # a finished tuning.run: what cifar_replay replays
@@ -66,7 +67,7 @@ def test_conditional_parameters_are_asked_for_only_where_they_are_active():
 
 
 def test_a_replay_is_evaluated_in_process_and_charged_its_recorded_cost():
-    from tuning import replay
+    from tuning.compare import recorded as replay
 
     recorded = replay.read(str(CALIBRATION))
     sp = replay.space(recorded)

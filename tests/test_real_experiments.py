@@ -10,7 +10,7 @@ import pytest
 
 from cli_helpers import refused
 from conftest import ROOT
-from tuning import compare, peers
+from tuning.compare import peers, runner as compare
 from tuning.report import tasks
 
 

@@ -1,4 +1,4 @@
-"""The real benchmarks (tuning/realbench.py): LCBench's surrogate on its development tasks only,
+"""The real benchmarks (tuning/compare/realbench.py): LCBench's surrogate on its development tasks only,
 the HPOBench-MLP and FCNet tables as exact means, and the optima they are measured against."""
 
 import json
@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tuning import realbench, spaces
-from tuning.benchmarks import BENCHMARKS
+from tuning import spaces
+from tuning.compare import realbench
+from tuning.compare.benchmarks import BENCHMARKS
 
 HELD_OUT_LCBENCH = {"167152", "167168", "167185", "189873", "189906"}  # in the model, not in the README's list
 

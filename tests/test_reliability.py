@@ -255,7 +255,7 @@ def test_a_truncated_checkpoint_falls_back_to_the_previous_one(tmp_path, caplog)
     import torch
     from ray.tune import Checkpoint
 
-    from tuning import trialstate
+    from tuning.trial import trialstate
     from tuning.backend.trainables import restore
 
     for epoch in (1, 2):

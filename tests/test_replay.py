@@ -1,4 +1,4 @@
-"""The trainer replay:DIR (tuning/replay.py): a finished run's recorded learning curves served to the
+"""The trainer replay:DIR (tuning/compare/recorded.py): a finished run's recorded learning curves served to the
 strategies through real Ray. docs/calibration (the full cifar_grid, 16 configurations x 16 epochs)
 is the recorded run; in-process runs wait 1/10,000 of each recorded epoch's time, seconds a run."""
 
@@ -13,7 +13,8 @@ import pytest
 
 from cli_helpers import refused
 from conftest import ROOT
-from tuning import backend, compare, record, replay, results, spacejson, spaces
+from tuning import backend, record, results, spacejson, spaces
+from tuning.compare import recorded as replay, runner as compare
 
 CALIBRATION = ROOT / "docs" / "calibration"
 FAST = 1e-4  # a 142 s epoch waits 14 ms
@@ -249,7 +250,7 @@ def test_tuning_search_replays_and_refuses_before_writing(tmp_path):
     """The API path: a space whose trainer is replay:DIR runs through tuning.search, and asking for
     more epochs than recorded is refused before the results dir exists."""
     import tuning
-    from tuning import replay
+    from tuning.compare import recorded as replay
 
     recorded = replay.read(str(CALIBRATION))
     space = replay.space(recorded).replace(strategy="asha", num_samples=4, max_epochs=4)

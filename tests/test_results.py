@@ -3,7 +3,8 @@
 import pandas as pd
 import pytest
 
-from tuning import record, replay, results, spacejson, spaces
+from tuning import record, results, spacejson, spaces
+from tuning.compare import recorded as replay
 from tuning.report import analysis, runreport
 
 # An id pandas would read from CSV as the number 1.234e+570 (inf) if it were not read as text.
@@ -56,7 +57,7 @@ def test_files_meant_for_committing_name_paths_inside_the_working_folder_relativ
     monkeypatch.chdir(tmp_path)
     from types import SimpleNamespace
 
-    from tuning import compare
+    from tuning.compare import runner as compare
 
     out, data = tmp_path / "out", SimpleNamespace(kind="synthetic", root=str(tmp_path / "data" / "synthetic"))
     out.mkdir()

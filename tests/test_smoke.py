@@ -80,7 +80,7 @@ def test_epochs_table_holds_the_learning_curves(asha_run):
 
 
 def test_cifar_trials_train_in_processes_forked_from_the_nodes_server(asha_run):
-    # tuning.forkserver: the process that trained is not the trial's Ray process, and trials that
+    # tuning.trial.forkserver: the process that trained is not the trial's Ray process, and trials that
     # followed one another in a reused Ray process trained in its one kept child.
     epochs = pd.read_csv(asha_run[1] / "epochs.csv")
     assert epochs["trainer_pid"].notna().all() and (epochs["trainer_pid"] != epochs["pid"]).all()

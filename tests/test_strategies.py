@@ -11,7 +11,7 @@ import tuning
 from conftest import run_cli
 from tuning import spaces
 
-# Multi-fidelity Hartmann-6 (tuning/benchmarks.py): no data, no model, so a trial costs what Tune's
+# Multi-fidelity Hartmann-6 (tuning/compare/benchmarks.py): no data, no model, so a trial costs what Tune's
 # own bookkeeping costs. Four trials, as many as the grid's points (2 x 2, the other four parameters
 # at the middle); 3 epochs: Hyperband's and BOHB's rungs at 1 and 3.
 SMALL = tuning.Space(params={f"x{i}": tuning.Uniform(0.0, 1.0, grid=2 if i < 2 else 1) for i in range(6)},

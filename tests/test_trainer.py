@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from tuning import data, trainer, trialstate
+from tuning.trial import data, trainer, trialstate
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ KILLED_MID_WRITE = """
 import sys, time
 from pathlib import Path
 import torch
-from tuning import trialstate
+from tuning.trial import trialstate
 
 class Stall:
     def __reduce__(self):

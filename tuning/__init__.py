@@ -27,7 +27,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name == "load_checkpoint":  # trialstate imports psutil, not torch: torch only for a torch.save'd state
-        from tuning import trialstate
+        from tuning.trial import trialstate
 
         return trialstate.load_checkpoint
     if name in ("SearchResult", "Best"):

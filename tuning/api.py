@@ -111,7 +111,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     lock = inputs.lock(folder)
     try:
         try:
-            from tuning import session  # torch, through tuning.data: only for a run that goes ahead
+            from tuning import session  # torch, through tuning.trial.data: only for a run that goes ahead
 
             source, cluster, ray_was_running = session.start(space, rec, address=address, worker_logs=worker_logs)
             rec.resources_per_trial, rec.workers_per_trial = inputs.resources(

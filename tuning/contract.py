@@ -38,22 +38,22 @@ from tuning.cli import TuningError
 REQUIRED = ("epochs", "state", "on_epoch")
 OPTIONAL = ("seed", "device", "rank", "world_size")
 BUILT_IN = "cifar"
-# The built-in trainer's precision settings (tuning.trainer.autocast_dtype), here so that the driver
+# The built-in trainer's precision settings (tuning.trial.trainer.autocast_dtype), here so that the driver
 # can check a flag or a space without importing torch (3 s of every `python -m tuning.run`).
 PRECISIONS = ("auto", "bf16", "fp32")
 
 
 @dataclass(frozen=True)
 class DataSource:
-    """The built-in trainer's data (tuning.data reads it). Here, not there, because every CIFAR
-    trial's Ray process receives one and must not import torch to unpickle it (tuning.forkserver)."""
+    """The built-in trainer's data (tuning.trial.data reads it). Here, not there, because every CIFAR
+    trial's Ray process receives one and must not import torch to unpickle it (tuning.trial.forkserver)."""
 
     kind: str  # "cifar10" or "synthetic"
     root: str  # the folder holding cifar-10-batches-py/
 
 
 class DataError(TuningError):
-    """The requested data cannot be had; the message says how to get it (tuning.data, tuning.datasplit).
+    """The requested data cannot be had; the message says how to get it (tuning.trial.data, tuning.trial.datasplit).
     Here, beside DataSource, so that both can raise it."""
 
 
@@ -63,7 +63,7 @@ class ContractError(TuningError):
 
 def is_user_trainer(trainer) -> bool:
     """A function, or "module:function": not the CIFAR trainer, a synthetic benchmark nor a replay
-    ("replay:DIR", tuning/replay.py)."""
+    ("replay:DIR", tuning/compare/recorded.py)."""
     return callable(trainer) or (isinstance(trainer, str) and ":" in trainer and not trainer.startswith("replay:"))
 
 

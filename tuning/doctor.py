@@ -17,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from tuning import cli, data, provenance, results
+from tuning import cli, provenance, results
+from tuning.trial import data
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 MIN_FREE_GB = 2.0  # a CIFAR run keeps two checkpoints per trial (~1 MB each) plus logs: 2 GB is ample
@@ -249,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("tuning.data").setLevel(logging.ERROR)  # "generating synthetic data" for the live check
+    logging.getLogger("tuning.trial.data").setLevel(logging.ERROR)  # "generating synthetic data" for the live check
     cli.quiet_libraries()
     lines = checks(args.address, Path(args.data_dir).absolute(), Path(args.results_dir).absolute(),
                    live=not args.no_live)

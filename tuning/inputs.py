@@ -90,8 +90,8 @@ def returns_metrics(space: spaces.Space, strategy: str) -> bool:
 
 
 def check_replay(space: spaces.Space, max_epochs: int) -> None:
-    """A replay of a recorded run (tuning/replay.py) asks only for what was recorded."""
-    from tuning import replay
+    """A replay of a recorded run (tuning/compare/recorded.py) asks only for what was recorded."""
+    from tuning.compare import recorded as replay
 
     if replay.is_replay(space.trainer):
         replay.check(replay.read(replay.folder_of(space.trainer)), space, max_epochs)

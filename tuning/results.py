@@ -203,7 +203,7 @@ def _best(rows: list[dict], key: str, way: str):
 
 def device_hours(rows: list[dict], cpus: float, gpus: float) -> dict[str, float]:
     """CPU-hours and GPU-hours of a trial's rows: its resources times the time its iterations took.
-    A replayed epoch (tuning.replay) is charged what its recorded epoch cost, on the recorded run's
+    A replayed epoch (tuning.compare.recorded) is charged what its recorded epoch cost, on the recorded run's
     resources: what real training would have spent, not the milliseconds the replay took."""
     replayed = [r["replayed"] for r in rows if isinstance(r.get("replayed"), dict)]
     seconds = sum(r["time_this_iter_s"] for r in rows
@@ -328,7 +328,7 @@ def write_tables(results_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame) 
 
 
 # Columns read from CSV as text: a hex id such as 1234e567 would otherwise be read as a number.
-# recorded_trial: the recorded trial a replayed row stands for (tuning/replay.py).
+# recorded_trial: the recorded trial a replayed row stands for (tuning/compare/recorded.py).
 ID_COLUMNS = {"trial_id": str, "recorded_trial": str}
 
 

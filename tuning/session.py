@@ -18,8 +18,8 @@ from tuning import tracking_store
 from tuning.record import RunRecord
 from tuning.searchresult import Best, SearchResult
 
-if TYPE_CHECKING:  # tuning.data imports torch (3 s): only a CIFAR run's driver needs it
-    from tuning import data
+if TYPE_CHECKING:  # tuning.trial.data imports torch (3 s): only a CIFAR run's driver needs it
+    from tuning.trial import data
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def start(space: spaces.Space, record: RunRecord, *, address: str | None, worker
     backend.cluster_info describes it, and whether Ray was up before (then it is left up)."""
     source = None
     if space.trainer == "cifar":
-        from tuning import data
+        from tuning.trial import data
 
         source = data.prepare(**record.data_args)
     running = backend.ray_running()
@@ -262,7 +262,7 @@ def _front_json(trials, records: list[dict], space: spaces.Space) -> dict:
 
 def _checkpoint(best: dict, records: list[dict]) -> Path | str | None:
     """The best trial's last checkpoint folder, where it holds a trainer's state."""
-    from tuning import trialstate
+    from tuning.trial import trialstate
 
     ckpt = next((r["checkpoint"] for r in records if r["trial_id"] == best["trial_id"]), None)
     if not trialstate.holds_state(ckpt):
@@ -295,13 +295,13 @@ def _count(trials, column: str, value=True) -> int:
 def _test_best(best: dict, records: list[dict], space: spaces.Space, source: data.DataSource,
                max_test: int | None, *, width: int) -> dict:
     """Test-set accuracy of the best trial's final model: measured once, for the best config only."""
-    from tuning import trainer, trialstate
+    from tuning.trial import trainer, trialstate
 
     ckpt = next((r["checkpoint"] for r in records if r["trial_id"] == best["trial_id"]), None)
     if ckpt is None:
         return {}
     state = trialstate.load_checkpoint(ckpt)  # from shared storage on a cluster: copied here first
-    from tuning import data
+    from tuning.trial import data
 
     test = data.load_test(source, max_test)
     m = trainer.evaluate_test(state, test, width=width)  # the trial's width, searched or fixed

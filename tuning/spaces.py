@@ -58,7 +58,7 @@ class Space:
     gpus_per_trial: float | str = "auto"  # "auto": one GPU per trial where the cluster has GPUs
     workers_per_trial: int = 1  # CPU trials: DDP ranks (gloo) per trial; GPU trials use one per GPU
     fixed: dict[str, Any] = field(default_factory=dict)  # passed to the trainer, never searched
-    # "cifar", a synthetic benchmark from tuning.benchmarks, or your own trainer: a function, or
+    # "cifar", a synthetic benchmark from tuning.compare.benchmarks, or your own trainer: a function, or
     # "module:function" (the contract: tuning.contract, docs/your-trainer.md).
     trainer: Union[str, Callable] = "cifar"
     # What a trial whose metric turns NaN/inf reports instead, worse than any real result: 1e6
@@ -130,7 +130,7 @@ class Space:
         return 1e6 if self.mode == "min" else -1e6
 
 
-# What the CIFAR trainer reports every epoch, on any device (tuning.trainer.train_cifar; the CUDA
+# What the CIFAR trainer reports every epoch, on any device (tuning.trial.trainer.train_cifar; the CUDA
 # memory figures only on a GPU, so a bound on them is left to a trainer of your own).
 CIFAR_METRICS = {"loss", "accuracy", "train_loss", "latency_ms", "num_params", "train_time_s", "eval_time_s",
                  "images_per_s", "rss_mb", "peak_rss_mb"}
@@ -149,7 +149,7 @@ def trainer_metrics(trainer) -> set[str] | None:
         return None
     if trainer == "cifar":
         return CIFAR_METRICS
-    if trainer.startswith("replay:"):  # a finished run's recorded curves (tuning/replay.py): what it recorded
+    if trainer.startswith("replay:"):  # a finished run's recorded curves (tuning/compare/recorded.py): what it recorded
         from tuning import record
 
         try:
@@ -164,7 +164,7 @@ def trainer_metrics(trainer) -> set[str] | None:
             raise SpaceError(f"trainer {trainer!r} cannot be imported ({exc}): give it as "
                              "'module:function' importable from where you run") from None
         return None
-    from tuning.benchmarks import BENCHMARKS
+    from tuning.compare.benchmarks import BENCHMARKS
 
     if trainer not in BENCHMARKS:
         raise SpaceError(f"trainer {trainer!r} unknown: use 'cifar', one of {', '.join(BENCHMARKS)}, "

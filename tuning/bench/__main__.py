@@ -1,5 +1,5 @@
 import sys
 
-from tuning.bench.cli import main
+from tuning.bench.measure import main
 
 sys.exit(main())

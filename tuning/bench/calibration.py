@@ -169,7 +169,7 @@ def linear_probe(x: np.ndarray, y: np.ndarray, n_fit: int = 4000, epochs: int = 
 
 
 def probe(n: int = 5000, seed: int = 1) -> str:
-    from tuning import synthetic
+    from tuning.trial import synthetic
 
     rng = np.random.default_rng(seed)
     x, labels, _ = synthetic.images(rng, synthetic.templates(rng), n)
@@ -183,8 +183,8 @@ def examples(path: Path, per_class: int = 6, seed: int = 0) -> Path:
     written is another class (docs/synthetic-data-examples.png)."""
     from matplotlib.figure import Figure
 
-    from tuning import synthetic
-    from tuning.data import CLASSES
+    from tuning.trial import synthetic
+    from tuning.trial.data import CLASSES
 
     rng = np.random.default_rng(seed)  # drawn as data.prepare(seed=seed) draws them
     x, labels, clean = synthetic.images(rng, synthetic.templates(rng), 200 * per_class)
@@ -210,7 +210,7 @@ def _train_one(job: dict) -> pd.DataFrame:
     import torch
 
     from search_spaces._cifar import FIXED
-    from tuning import data, trainer
+    from tuning.trial import data, trainer
 
     torch.set_num_threads(job["threads"])
     train, val = data.load_train_val(data.DataSource("synthetic", job["root"]), job["train"], job["val"])
@@ -236,7 +236,7 @@ def proxy(directory: Path, *, train: int, val: int, epochs: int, lrs: list[float
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from tuning import data
+    from tuning.trial import data
 
     try:  # generated once, before the workers start
         root = data.prepare("synthetic", data_dir, seed=seed, synthetic_train=sizes[0],

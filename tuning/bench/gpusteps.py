@@ -97,14 +97,14 @@ def _read_utilisation() -> list[tuple[float, float]]:
 
 
 def _source(ctx: dict):
-    from tuning import data
+    from tuning.trial import data
 
     n_train, n_test = ctx["sizes"]["synthetic"]
     return data.prepare("synthetic", ctx["data_dir"], seed=0, synthetic_train=n_train, synthetic_test=n_test)
 
 
 def _splits(ctx: dict, max_train: int | None = None, max_val: int | None = None):
-    from tuning import data
+    from tuning.trial import data
 
     return data.load_train_val(_source(ctx), max_train, max_val)
 
@@ -112,7 +112,7 @@ def _splits(ctx: dict, max_train: int | None = None, max_val: int | None = None)
 # ---------------------------------------------------------------- steps
 
 def step_data(ctx: dict, emit) -> None:
-    from tuning import data
+    from tuning.trial import data
 
     t = time.perf_counter()
     source = _source(ctx)
@@ -185,7 +185,7 @@ def step_accuracy(ctx: dict, emit) -> None:
     """Wall time for the best cifar configuration (FIXED, --lr, --batch-size) to reach
     --target-accuracy on the validation images: from the call (data to the GPU, model built)
     to the end of the epoch whose evaluation reaches it. Every epoch goes to accuracy_curve.csv."""
-    from tuning import trainer
+    from tuning.trial import trainer
     from tuning.bench.harness import write_rows
 
     sizes, target = ctx["sizes"], ctx["target"]
@@ -233,7 +233,7 @@ def _collective_probe(*, rank: int, world_size: int, device, on_epoch) -> dict:
 def step_nccl(ctx: dict, emit) -> None:
     """The DDP path of GPU trials at world size 1 (one GPU holds one nccl rank): spawn,
     rendezvous, an nccl all_reduce, and two epochs of the trainer as rank 0."""
-    from tuning import distributed, trainer
+    from tuning.trial import distributed, trainer
 
     gpu = ctx["mode"] == "gpu"
     backend, device_type = ("nccl", "cuda") if gpu else ("gloo", "cpu")
@@ -344,7 +344,7 @@ def step_cpu_precision(ctx: dict, emit) -> None:
     """bf16 autocast against fp32 on CPU, small: the same seed, data and steps."""
     import torch
 
-    from tuning import trainer
+    from tuning.trial import trainer
 
     sizes = ctx["sizes"]
     torch.set_num_threads(1)  # CI machines are shared: threads waiting on each other measured nothing

@@ -31,7 +31,7 @@ FULL_SIZE_ONLY = frozenset(m for m in GOALS if m.endswith(("_2000", "_10000")))
 
 def synthetic(n_train: int):
     """Synthetic CIFAR-10 with at least n_train training images beside a validation tenth, under ./data."""
-    from tuning import data
+    from tuning.trial import data
 
     src = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=max(n_train + n_train // 9, 5000),
                        synthetic_test=1000)
@@ -115,7 +115,7 @@ def _overhead(kind: str, n: int, seconds: float) -> dict:
 def _raw_busy():
     """Ray's release-test trainable: `seconds` of CPU work, one result, no checkpoint. Made inside
     a function so that cloudpickle sends it by value: a trial process imports Ray and nothing of
-    ours (tuning.bench.cli imports torch), as a user's script would."""
+    ours (tuning.bench.measure imports torch), as a user's script would."""
 
     def busy_raw(config):
         import time
@@ -150,7 +150,7 @@ def trainer_vs_bare(train, val, *, batch: int, epochs: int = 3, device: str = "c
     metrics}; on CUDA "last" has the trainer's peak memory, counted from this call."""
     import torch
 
-    from tuning import trainer
+    from tuning.trial import trainer
 
     if threads:
         torch.set_num_threads(threads)
@@ -174,7 +174,7 @@ def bare_loop(train, batch: int, threads: int, epochs: int = 3, device: str = "c
     import torch
     import torch.nn.functional as F
 
-    from tuning import trainer
+    from tuning.trial import trainer
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)

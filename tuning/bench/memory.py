@@ -9,7 +9,8 @@ import re
 import threading
 from pathlib import Path
 
-from tuning import data, datasplit, spaces
+from tuning import spaces
+from tuning.trial import data, datasplit
 from tuning.bench.harness import row, run_tune, synthetic
 
 MAX_STEPS = 20  # optimizer steps per node-memory trial: enough to reach the training peak
@@ -32,7 +33,7 @@ _FIGURES = ("pss", "uss", "data", "store")
 
 def _process_memory(pids) -> dict[str, float]:
     """PSS and USS (MB) of these processes together, and the PSS of their mappings of the node's
-    data files (tuning.datasplit.node_cache) and of Ray's object store (plasma). PSS counts a page shared
+    data files (tuning.trial.datasplit.node_cache) and of Ray's object store (plasma). PSS counts a page shared
     by n processes as 1/n in each, so the sum over processes counts it once; RSS would count it n
     times. One pass over /proc/PID/smaps each (psutil's memory_maps took a third of a core here)."""
     out = dict.fromkeys(_FIGURES, 0.0)
@@ -53,7 +54,7 @@ def _process_memory(pids) -> dict[str, float]:
 
 
 def _fork_servers(ours: set[int]) -> list:
-    """The fork servers (tuning.forkserver) of the local Ray this process started: detached, so
+    """The fork servers (tuning.trial.forkserver) of the local Ray this process started: detached, so
     not among its children, but each watches a raylet that is."""
     import psutil
 
@@ -122,7 +123,8 @@ def bench_node_memory(quick: bool) -> list[dict]:
     its own (the trial processes read TUNING_SHARED_DATA from the environment Ray started with):
     every process decoding its own copy (unshared), one copy per node (shared), then also torch
     held once per node, with each trial's training forked from the node's fork server (forked)."""
-    from tuning import backend, forkserver
+    from tuning import backend
+    from tuning.trial import forkserver
 
     cpus = os.cpu_count() or 1
     if quick:

@@ -27,7 +27,7 @@ def main(batch: int) -> dict:
     stages["ray_tune"] = anonymous_private_mb()
     import torch
     stages["torch"] = anonymous_private_mb()
-    from tuning import data, trainer
+    from tuning.trial import data, trainer
     torch.set_num_threads(1)
     source = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=50_000, synthetic_test=1000)
     train, val = data.load_train_val(source)  # mapped when TUNING_SHARED_DATA is on (the default)

@@ -137,7 +137,7 @@ def proposal_ms(searcher: str, n: int, repeats: int = 20, seed: int = 0) -> dict
         return {"propose_ms": 1000 * propose, "observe_ms": 1000 * (time.perf_counter() - t) / repeats}
     import optuna
 
-    from tuning import peers
+    from tuning.compare import peers
 
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
     for _ in range(n):  # the past, drawn at random; then the sampler tuning.backend.tpe gives OptunaSearch

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from tuning import spaces, trainer, trialstate
+from tuning import spaces
+from tuning.trial import trainer, trialstate
 from tuning.bench.harness import row, run_tune, synthetic
 
 
@@ -107,7 +108,7 @@ def _proposal_cost(quick: bool) -> list[dict]:
     import numpy as np
     from hpbandster.optimizers.config_generators.bohb import BOHB
 
-    from tuning import benchmarks
+    from tuning.compare import benchmarks
     from tuning.backend import bohb
 
     space = spaces.load("counting_ones")

@@ -101,7 +101,7 @@ def incumbent_on_grid(run: pd.DataFrame, grid, x: str = "consumed_budget", value
 
 
 def label(strategy: str, peers) -> str:
-    """How tables and legends name a run's strategy: a peer (tuning/peers.py, experiment.json's
+    """How tables and legends name a run's strategy: a peer (tuning/compare/peers.py, experiment.json's
     "peers") is marked, so it is never read as one of the service's own strategies."""
     return f"{strategy} (peer)" if strategy in peers else strategy
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tuning import cli, fidelity, replay, results
-from tuning import peers as peer_runs
+from tuning import cli, fidelity, results
+from tuning.compare import peers as peer_runs, recorded as replay
 from tuning.report.analysis import (ALPHA, ReportError, anytime_curves, best_configs, label, load, make_grid,
                              rank_agreement, stopped_early, summarize)
 from tuning.report.render import flatten, number, render_html, render_markdown
@@ -263,7 +263,7 @@ def _blocks(runs, exp, prov, summary, figures: dict) -> list[tuple]:
                ("table", best.apply(lambda col: col.map(number)) if len(best) else pd.DataFrame())]
     if "scatter" in figures:
         blocks.append(("img", figures["scatter"], "learning rate against batch size, coloured by loss"))
-    if exp.get("replay"):  # a replayed run (tuning/replay.py): which recorded configuration each strategy found
+    if exp.get("replay"):  # a replayed run (tuning/compare/recorded.py): which recorded configuration each strategy found
         blocks += replay.report_blocks(runs, exp, strategies)
     agreed, trials = rank_agreement(runs, exp)  # whether the benchmark's low fidelities mislead
     blocks += fidelity.report_blocks(agreed, trials=trials, metric=metric,

@@ -21,7 +21,7 @@ import pandas as pd
 from scipy import stats
 
 from tuning import objectives, results
-from tuning import peers as peer_runs
+from tuning.compare import peers as peer_runs
 from tuning.report.analysis import ALPHA, GRID_POINTS, _order, label
 from tuning.report.render import flatten, number, render_html, render_markdown
 

@@ -31,7 +31,7 @@ from tuning.report.render import number, render_markdown
 
 log = logging.getLogger(__name__)
 
-PEER = "optuna_tpe"  # the alternative every row is held against (tuning/peers.py)
+PEER = "optuna_tpe"  # the alternative every row is held against (tuning/compare/peers.py)
 MO_PEER = "optuna_motpe"  # the same, over several objectives
 
 

@@ -2,7 +2,7 @@
 
 Both kinds live in the real on-disk layout (``cifar-10-batches-py/`` pickles) and are read by
 torchvision's ``CIFAR10``, so the loading path that serves real data is the one tests exercise.
-In memory a split is a few normalised float tensors (tuning.datasplit), cached per process: with Ray's
+In memory a split is a few normalised float tensors (tuning.trial.datasplit), cached per process: with Ray's
 actor reuse, later trials in the same worker get their data for free. Across processes, the
 training and validation tensors are one file per node, mapped by every process that reads them
 (datasplit.node_cache): trials running at once on a node share one copy of the data.
@@ -24,9 +24,10 @@ import numpy as np
 import torch
 from filelock import FileLock
 
-from tuning import atomic, datasplit, synthetic
+from tuning import atomic
+from tuning.trial import datasplit, synthetic
 from tuning.contract import DataError, DataSource
-from tuning.datasplit import MEAN, SPLIT_SEED, STD, VAL_FRACTION, Split
+from tuning.trial.datasplit import MEAN, SPLIT_SEED, STD, VAL_FRACTION, Split
 
 log = logging.getLogger(__name__)
 

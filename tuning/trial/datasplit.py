@@ -1,5 +1,5 @@
 """The training/validation split a CIFAR trial holds: how it is cut and normalised, its tensors, and
-one copy of them per node (a mapped file) that every process on the node shares. tuning.data
+one copy of them per node (a mapped file) that every process on the node shares. tuning.trial.data
 decodes the images; this module keeps what they decode to.
 """
 
@@ -49,7 +49,7 @@ class Split:
 # Why a mapped file: a trial is a Ray actor process, and with N trials at once each decoded its own
 # float32 split (553 MB for the 45,000 training images). Written once per node beside the data and
 # mapped by every process, the pages sit once in the page cache whoever reads them: Tune trials,
-# DDP ranks (tuning.distributed: they map the file too, rather than copying the split into shared
+# DDP ranks (tuning.trial.distributed: they map the file too, rather than copying the split into shared
 # memory per trial), tuning.bench.calibration's workers; and a later run on the node skips the decoding.
 # Ray's object store (tune.with_parameters) would share it within one Ray job only, not with the
 # DDP ranks a trial spawns (they would get a copy in shared memory per trial), and would count it
@@ -101,7 +101,7 @@ def _prefix(max_train: int | None, max_val: int | None) -> str:
 def shared_train_val(source: DataSource, max_train: int | None, max_val: int | None,
                      decode: Callable[[], tuple[Split, Split]]) -> tuple[Split, Split]:
     """The split mapped from the node's cache file, which the first process to need it writes with
-    `decode()` (tuning.data's decoding); that process's own copy where the file cannot be had."""
+    `decode()` (tuning.trial.data's decoding); that process's own copy where the file cannot be had."""
     try:
         path = node_cache(source, max_train, max_val)
     except (OSError, KeyError, ValueError):  # missing or damaged files: decoding raises the DataError that says so
@@ -229,7 +229,7 @@ def _rebuild_split(x, y) -> Split:
     return Split(_from_file_view(x), _from_file_view(y))
 
 
-# A Split handed to a spawned process (tuning.distributed's ranks, through multiprocessing's
+# A Split handed to a spawned process (tuning.trial.distributed's ranks, through multiprocessing's
 # pickler) maps the node's file there too. PyTorch's own sharing of a tensor cannot pass a
 # from_file mapping (it fails with EBADF: the mapping keeps no descriptor to send), and would
 # otherwise copy the split into shared memory once per trial. Plain pickle (Ray) is unaffected.

@@ -1,7 +1,7 @@
-"""The fork server's own process (tuning.forkserver starts one per node and connects trials to it):
+"""The fork server's own process (tuning.trial.forkserver starts one per node and connects trials to it):
 it imports torch and the trainer once, then forks a child per trial process that connects; each
 child runs that trial's jobs and relays their messages. No Ray, and no thread or torch operation
-before a fork (tuning.forkserver says why).
+before a fork (tuning.trial.forkserver says why).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-PRELOAD = ("torch", "torch._dynamo", "tuning.trainer", "tuning.data", "tuning.trialstate")
+PRELOAD = ("torch", "torch._dynamo", "tuning.trial.trainer", "tuning.trial.data", "tuning.trial.trialstate")
 IDLE_EXIT_S = 300.0  # a server nobody asked for a fork this long gives its memory back
 _POLL_S = 1.0
 
@@ -148,8 +148,8 @@ def _read(conn: Connection, inbox: queue.Queue) -> None:
 
 
 # Modules whose exceptions the trial's process unpickles without importing torch (tuning.contract
-# holds DataError, which tuning.data raises, for that reason).
-_PORTABLE = ("builtins", "tuning.cli", "tuning.contract", "tuning.forkserver", __name__)
+# holds DataError, which tuning.trial.data raises, for that reason).
+_PORTABLE = ("builtins", "tuning.cli", "tuning.contract", "tuning.trial.forkserver", __name__)
 
 
 def _portable(exc: BaseException) -> BaseException:

@@ -12,7 +12,7 @@ where a fresh process's torch import costs seconds, so trials also start sooner.
 
 Linux and macOS only (os.fork); TUNING_FORK_SERVER=0 keeps every trial in its own process, as
 before (tuning.bench compares both). The trial's side is here; the server's process, in
-tuning.forkhost. No Ray here: tuning.backend.trainables decides which trials
+tuning.trial.forkhost. No Ray here: tuning.backend.trainables decides which trials
 run here, and names the node and the process whose end ends the server (the raylet).
 
 The server starts no thread of its own and runs no torch operation before it forks: a child of a
@@ -40,7 +40,7 @@ import time
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
-from tuning import forkhost
+from tuning.trial import forkhost
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +212,7 @@ def _start(path: str, watch_pid: int) -> socket.socket:
             "if pid:\n    print(pid, flush=True)\n    os._exit(0)\n"
             "os.dup2(2, 1)\n"
             "sys.path[:0] = json.loads(os.environ.pop('TUNING_FORK_PATH'))\n"
-            f"from tuning.forkhost import serve\nserve({path!r}, {watch_pid})\n")
+            f"from tuning.trial.forkhost import serve\nserve({path!r}, {watch_pid})\n")
     try:
         with open(path + ".log", "ab") as out:
             launcher = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -248,8 +248,8 @@ def cifar_trial(send: Callable[[str, Any], None], *, kwargs: dict, checkpoints: 
     owns the directory from then on."""
     import torch
 
-    from tuning import trainer, trialstate
-    from tuning.data import load_train_val
+    from tuning.trial import trainer, trialstate
+    from tuning.trial.data import load_train_val
 
     state, epochs = trialstate.load_newest(checkpoints)
     send("restored", epochs)

@@ -6,7 +6,7 @@ tensors, not per sample through PIL. Whoever drives it gets a callback per epoch
 and the state to checkpoint, and hands a loaded checkpoint back in to continue.
 
 The same function is one rank of a DistributedDataParallel run when called with rank and
-world_size inside a process group (tuning.distributed sets that up). ``batch_size`` is the
+world_size inside a process group (tuning.trial.distributed sets that up). ``batch_size`` is the
 global batch: each rank takes batch_size / world_size of it, and sampling, augmentation and
 BatchNorm statistics are arranged so that a run computes the same thing at any world size.
 """
@@ -28,8 +28,8 @@ from torch import nn
 from torch.utils.data.distributed import DistributedSampler
 
 from tuning.contract import PRECISIONS
-from tuning.trialstate import memory
-from tuning.data import Split
+from tuning.trial.trialstate import memory
+from tuning.trial.data import Split
 
 log = logging.getLogger(__name__)
 

@@ -38,7 +38,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from tuning import cli, data, datasplit, distributed, forkserver, provenance, spaces, trainer
+from tuning import cli, provenance, spaces
+from tuning.trial import data, datasplit, distributed, forkserver, trainer
 from tuning.bench.harness import (OVERHEAD_KINDS, overhead_in_fresh_process, row, run_tune, synthetic,
                                   trainer_vs_bare, write_rows)
 from tuning.bench.memory import bench_memory, bench_node_memory

@@ -8,12 +8,12 @@ comparison measures the service itself), stops each run when its trials have tra
 between them, and keeps each finished run's rows on disk so a re-run only does what is missing.
 At the end it writes runs.csv/.parquet, experiment.json, provenance.json and the report.
 
-Beside the strategies, every comparison runs its peers (tuning/peers.py: Optuna's TPE, alone and
+Beside the strategies, every comparison runs its peers (tuning/compare/peers.py: Optuna's TPE, alone and
 under Optuna's Hyperband pruner) in process, without Ray, at the same budget: what a user would
 run instead. A replay:DIR space or a benchmark has them; the CIFAR trainer does not.
 
 A space "replay:DIR" (or --replay DIR) replays the learning curves a finished tuning.run recorded
-(tuning/replay.py): minutes instead of the training's hours, every epoch charged its recorded
+(tuning/compare/recorded.py): minutes instead of the training's hours, every epoch charged its recorded
 device-hours, regret measured against the best recorded configuration.
 """
 
@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from tuning import api, backend, cli, growth, mobench, objectives, peers, provenance, replay, results, spaces, tracking
-from tuning import tracking_store
+from tuning import api, backend, cli, growth, objectives, provenance, results, spaces, tracking, tracking_store
 from tuning.cli import UsageError
-from tuning.experiment import (Experiment, load_experiment, replay_experiment, several_fields, space_of,
-                               trainer_of)
+from tuning.compare import mobench, peers, recorded as replay
+from tuning.compare.experiment import (Experiment, load_experiment, replay_experiment, several_fields, space_of,
+                                       trainer_of)
 from tuning.report import comparison as report
 
-if TYPE_CHECKING:  # tuning.data imports torch (3 s): only a CIFAR comparison's driver needs it
-    from tuning import data
+if TYPE_CHECKING:  # tuning.trial.data imports torch (3 s): only a CIFAR comparison's driver needs it
+    from tuning.trial import data
 
 log = logging.getLogger("tuning.compare")
 
@@ -178,7 +178,7 @@ def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
     """The CIFAR data a comparison trains on (None for a synthetic benchmark)."""
     if space.trainer != "cifar":
         return None
-    from tuning import data
+    from tuning.trial import data
 
     sizes = {k: api.SMOKE[k] for k in ("synthetic_train", "synthetic_test")} if smoke else {}  # tuning.run --smoke's
     source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0, **sizes)
@@ -193,7 +193,7 @@ def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, so
     """experiment.json (what was compared, as the report reads it) and provenance.json (how). A
     replay's regret is measured against the best recorded configuration, which the space holds.
     peers: the peers whose rows are in runs.csv; peers_not_run: why the declared ones are not."""
-    from tuning.benchmarks import BENCHMARKS
+    from tuning.compare.benchmarks import BENCHMARKS
 
     bench = BENCHMARKS.get(space.trainer)
     known = {"optimum": bench.optimum, "regret": bench.regret, "dims": bench.dims} if bench else {}
@@ -339,11 +339,3 @@ def main(argv: list[str] | None = None) -> int:
     else:
         print(f"\nReport: {html}\n        {Path(html).with_suffix('.md')}\nRows:   {out / 'runs.csv'}")
     return 0
-
-
-if __name__ == "__main__":
-    # Run from the importable module, so experiment files' `from tuning.compare import Experiment`
-    # names the same class this runner checks for.
-    from tuning.compare import main as _main
-
-    sys.exit(_main())

