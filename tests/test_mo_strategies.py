@@ -12,7 +12,7 @@ import pytest
 
 import tuning
 from tuning import backend, results
-from tuning.backend import mo
+from tuning.backend import mo, rayinternals
 from tuning.cli import TuningError
 
 from test_objectives import TWO, check_front, dominates, tradeoff_space
@@ -129,7 +129,7 @@ def test_bohb_splits_good_from_bad_by_fronts_and_never_ranks_the_infeasible_firs
     for _ in range(20):
         x, y = rng.random(2)
         result = {"loss": (1 - x) ** 2 + 0.2 * y, "latency_ms": 1 + 10 * x + 2 * y, "peak_mem_gb": 8 * x}
-        job = bohb._BOHBJobWrapper(0.0, 1, {"x": x, "y": y})
+        job = rayinternals.bohb_job(0.0, 1, {"x": x, "y": y})
         job.point = RULE.point(result)
         model.new_result(job)
         points.append(RULE.point(result))

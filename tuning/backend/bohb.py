@@ -98,8 +98,6 @@ class PaperBOHB(rayinternals.tune_bohb()):
         super().on_trial_complete(trial_id, result, error)
 
 
-# tests/test_mo_strategies.py builds its jobs by this name: it goes once that test calls rayinternals.bohb_job.
-_BOHBJobWrapper = rayinternals.bohb_job
 
 
 def observe(model: BOHB, config: dict, loss: float, budget: float) -> None:
