@@ -98,8 +98,6 @@ class PaperBOHB(rayinternals.tune_bohb()):
         super().on_trial_complete(trial_id, result, error)
 
 
-
-
 def observe(model: BOHB, config: dict, loss: float, budget: float) -> None:
     """Give HpBandSter's model one result (lower loss is better), in the job form it reads: what
     the bench and the tests feed a model directly, without Tune."""
