@@ -72,6 +72,9 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         raise UsageError("--warm-start-top needs --warm-start DIR...: it says how many of those runs' best "
                          "configurations run first")
     strategy = strategy or space.strategy
+    if strategy == spaces.AUTO:
+        strategy, why = inputs.auto_strategy(space, max_epochs or space.max_epochs)
+        log.info("strategy %s (the space names none: %s; docs/strategies.md)", strategy, why)
     if strategy not in spaces.STRATEGIES:
         raise UsageError(f"strategy {strategy!r} unknown: use one of {', '.join(spaces.STRATEGIES)}")
     refusal = objective_rules.strategy_refusal(space, strategy)

@@ -71,6 +71,21 @@ def check_trainer(space: spaces.Space, workers: int) -> None:
                                      "'module:function'")
 
 
+def auto_strategy(space: spaces.Space, max_epochs: int) -> tuple[str, str]:
+    """(strategy, why) for a space that names none, from the comparisons (docs/comparisons.md):
+    adaptive where the trainer reports every epoch (best mean rank on LCBench's real curves, within
+    the counting-ones goal); tpe where each trial is one report (a trainer that returns its metrics,
+    or one epoch), as adaptive's brackets would have nothing to judge; asha where the space walks a
+    grid over some parameters, which only random, asha and median run."""
+    if space.grid:
+        return "asha", f"grid={list(space.grid)} runs under random, asha or median"
+    if max_epochs == 1:
+        return "tpe", "one epoch: each trial is one report"
+    if contract.is_user_trainer(space.trainer) and contract.reporting(contract.resolve(space.trainer)) == "returns":
+        return "tpe", "the trainer returns its metrics: each trial is one report"
+    return "adaptive", "the trainer reports every epoch"
+
+
 def returns_metrics(space: spaces.Space, strategy: str) -> bool:
     """Whether the trainer returns its metrics instead of calling on_epoch, as its source reads
     (tuning.contract.reporting): each trial is then one report. A strategy that judges trials by

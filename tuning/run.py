@@ -46,13 +46,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_growth_flags(p)
     p.add_argument("--trainer", metavar="MODULE:FUNCTION",
                    help="train with this function of yours instead of the space's trainer (docs/your-trainer.md)")
-    p.add_argument("--strategy", choices=spaces.STRATEGIES,
-                   help="search strategy, overriding the space's: grid (grid search, FIFO), random "
+    p.add_argument("--strategy", choices=(*spaces.STRATEGIES, spaces.AUTO),
+                   help="search strategy, overriding the space's (a space that names none: auto, adaptive for a "
+                        "trainer that reports every epoch, tpe for one that reports once): grid (grid search, FIFO), random "
                         "(random search, FIFO), asha (random search + ASHA), median (random search + the median "
                         "stopping rule), hyperband (random search + "
                         "synchronous Hyperband brackets), bohb (BOHB's model + the same brackets), adaptive (BOHB whose "
-                        "brackets and model follow how well each rung ranks like the last), tpe (Optuna's TPE + the "
-                        "same brackets)")
+                        "brackets and model follow how well each rung ranks like the last), tpe (Optuna's TPE + "
+                        "asynchronous Hyperband brackets)")
     p.add_argument("--objective", action="append", metavar="NAME:min|max",
                    help="an objective, in place of the space's metric or objectives; repeat it for several, the "
                         "first one first (--objective loss:min --objective latency_ms:min): the run keeps the "

@@ -29,13 +29,16 @@ from tuning.params import (  # noqa: F401
 # tuning.params.
 from tuning.params import from_positions, plain  # noqa: F401
 
-# tpe: Optuna's TPE sampler under the same Hyperband brackets as hyperband and bohb, the model
-# users would otherwise leave for, so every comparison has it as a reference.
+# tpe: Optuna's TPE sampler under asynchronous Hyperband brackets, as Optuna's own pruner, the
+# model users would otherwise leave for, so every comparison has it as a reference.
 # adaptive: BOHB whose brackets and model follow how well each rung ranks like the top
 # (tuning/backend/adaptive.py).
 # median: random search under Tune's MedianStoppingRule (Google Vizier's), what users of Optuna's
 # MedianPruner and Tune's rule reach for.
 STRATEGIES = ("grid", "random", "asha", "median", "hyperband", "bohb", "adaptive", "tpe")
+# A space that names no strategy: the one the comparisons favour for its trainer, chosen when the
+# run starts (tuning.inputs.auto_strategy; docs/strategies.md, "Which strategy").
+AUTO = "auto"
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class Space:
     """Everything a tuning run needs to know besides the flags that override it."""
 
     params: dict[str, Param]
-    strategy: str = "asha"
+    strategy: str = AUTO
     metric: str = "loss"
     mode: str = "min"
     num_samples: int = 16  # trials for random, ASHA and BOHB
@@ -76,8 +79,8 @@ class Space:
     reference_point: dict | list | None = None
 
     def __post_init__(self):
-        if self.strategy not in STRATEGIES:
-            raise SpaceError(f"strategy {self.strategy!r} unknown: use one of {', '.join(STRATEGIES)}")
+        if self.strategy not in (*STRATEGIES, AUTO):
+            raise SpaceError(f"strategy {self.strategy!r} unknown: use one of {', '.join(STRATEGIES)}, or {AUTO!r}")
         try:
             declared = objective_rules.declare(self.metric, self.mode, self.objectives, self.constraints)
         except ValueError as exc:
