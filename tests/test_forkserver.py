@@ -102,7 +102,7 @@ def test_a_child_that_dies_is_an_error_not_a_hang(node_key):
 
 def test_the_child_ends_when_the_trials_process_is_killed(tmp_path, node_key):
     pid_file = tmp_path / "pid"
-    code = ("import functools, os, sys; sys.path[:0] = [%r]; import fork_jobs; from tuning import forkserver; "
+    code = ("import functools, os, sys; sys.path[:0] = [%r]; import fork_jobs; from tuning.trial import forkserver; "
             "forkserver.run(functools.partial(fork_jobs.hang, pid_file=%r), print, node_key=%r, watch_pid=os.getpid())"
             % (str(Path(fork_jobs.__file__).parent), str(pid_file), node_key))
     caller = subprocess.Popen([sys.executable, "-c", code])
@@ -149,7 +149,7 @@ def test_a_folder_another_user_could_have_made_is_refused(tmp_path, monkeypatch)
 
 def test_the_caller_never_imports_torch(synthetic_source):
     # A trial's Ray process: it relays a CIFAR trial's epochs without torch in its own memory.
-    code = ("import functools, os, sys; from tuning import forkserver; from tuning.contract import DataSource; "
+    code = ("import functools, os, sys; from tuning.trial import forkserver; from tuning.contract import DataSource; "
             f"job = functools.partial(forkserver.cifar_trial, kwargs=dict(lr=1e-3, batch_size=64, epochs=1, seed=0, "
             f"max_steps=2), checkpoints=[], source=DataSource({synthetic_source.kind!r}, {synthetic_source.root!r}), "
             "max_train=256, "
@@ -181,7 +181,7 @@ def cleanup():
             shutil.rmtree(payload[1], ignore_errors=True)
 
 
-_VARYING = {"train_time_s", "eval_time_s", "images_per_s", "rss_mb", "peak_rss_mb", "trainer_pid"}
+_VARYING = {"train_time_s", "eval_time_s", "images_per_s", "rss_mb", "peak_rss_mb", "trainer_pid", "latency_ms"}
 
 
 def test_a_forked_trial_trains_exactly_as_in_its_own_process(node_key, synthetic_source, cleanup):

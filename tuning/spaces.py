@@ -25,8 +25,7 @@ from tuning.cli import TuningError
 from tuning.params import (  # noqa: F401
     _NAMES, PARAM_TYPES, Choice, IntLogUniform, IntUniform, LogUniform, Param, SpaceError, Uniform, contains,
     to_positions)
-# For tuning/backend (bohb, tpe, trainables, tune_parts, replay), which reads them here until it imports
-# tuning.params.
+# A value as the tables keep it, and a choice by position: also here, beside the Space that uses them.
 from tuning.params import from_positions, plain  # noqa: F401
 
 # tpe: Optuna's TPE sampler under asynchronous Hyperband brackets, as Optuna's own pruner, the

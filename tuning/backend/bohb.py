@@ -13,7 +13,7 @@ import scipy.stats as sps
 from hpbandster.optimizers.config_generators.bohb import BOHB
 from ray.tune.utils.util import unflatten_dict
 
-from tuning import spaces
+from tuning import params as param_types
 from tuning.backend import mo, rayinternals
 
 
@@ -43,7 +43,7 @@ class PaperBOHB(rayinternals.tune_bohb()):
         config = super().suggest(trial_id)
         if config is None:
             return None
-        return spaces.from_positions(self.params, {k: spaces.plain(v) for k, v in config.items()})
+        return param_types.from_positions(self.params, {k: param_types.plain(v) for k, v in config.items()})
 
     def on_trial_result(self, trial_id: str, result: dict):
         if trial_id not in self.paused:
@@ -78,7 +78,7 @@ class PaperBOHB(rayinternals.tune_bohb()):
         for budget in sorted(by_budget):
             batch = by_budget[budget]
             for i, row in enumerate(batch):
-                config = spaces.to_positions(self.params, row["config"])
+                config = param_types.to_positions(self.params, row["config"])
                 job = self._job(row, budget, {k: config[k] for k in self.config_space if k in config})
                 self.bohber.new_result(job, update_model=i == len(batch) - 1)
 
@@ -89,7 +89,7 @@ class PaperBOHB(rayinternals.tune_bohb()):
         # parameter is absent), which is all BOHB keeps.
         if trial_id not in self.trial_to_params:
             config = unflatten_dict({k[len("config/"):]: v for k, v in result.items() if k.startswith("config/")})
-            config = spaces.to_positions(self.params, {k: v for k, v in config.items() if k in self.config_space})
+            config = param_types.to_positions(self.params, {k: v for k, v in config.items() if k in self.config_space})
             self.trial_to_params[trial_id] = config
         return self.trial_to_params[trial_id]
 

@@ -12,7 +12,8 @@ import time
 import ray
 from ray import tune
 
-from tuning import replay, spaces
+from tuning import params as param_types
+from tuning.compare import recorded as replay
 
 
 class ReplayTrainable(tune.Trainable):
@@ -26,7 +27,7 @@ class ReplayTrainable(tune.Trainable):
         self.reset_config(config)
 
     def reset_config(self, new_config):
-        self.nearest = replay.order(self.recorded, {k: spaces.plain(v) for k, v in new_config.items()})
+        self.nearest = replay.order(self.recorded, {k: param_types.plain(v) for k, v in new_config.items()})
         self.restored_from = 0
         return True
 

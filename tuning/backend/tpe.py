@@ -31,7 +31,9 @@ from __future__ import annotations
 import optuna
 from ray.tune.search.optuna import OptunaSearch
 
-from tuning import objectives, peers, spaces
+from tuning import objectives, spaces
+from tuning import params as param_types
+from tuning.compare import peers
 from tuning.backend import rayinternals
 from tuning.backend.tpewindow import WindowedTPE
 
@@ -74,7 +76,7 @@ def searcher(space: spaces.Space, seed: int, max_t: int, points: list[dict] | No
     configurations to run first (a warm start)."""
     return PrunedAware(space=DefineByRun(space.params), metric=space.metric, mode=space.mode, max_t=max_t,
                        sampler=WindowedTPE(seed=seed),
-                       points_to_evaluate=[spaces.to_positions(space.params, p) for p in points or []] or None)
+                       points_to_evaluate=[param_types.to_positions(space.params, p) for p in points or []] or None)
 
 
 class MultiObjective(OptunaSearch):
@@ -107,4 +109,4 @@ def multi_objective_searcher(space: spaces.Space, seed: int, points: list[dict] 
     return MultiObjective(space=DefineByRun(space.params), metric=list(ways) if several else space.metric,
                           mode=list(ways.values()) if several else space.mode, constraints=dict(space.constraints),
                           sampler=optuna.samplers.TPESampler(seed=seed),
-                          points_to_evaluate=[spaces.to_positions(space.params, p) for p in points or []] or None)
+                          points_to_evaluate=[param_types.to_positions(space.params, p) for p in points or []] or None)

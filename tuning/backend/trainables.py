@@ -28,9 +28,11 @@ from typing import TYPE_CHECKING
 import ray
 from ray import tune
 
-from tuning import contract, forkserver, objectives, results, spaces, trialstate
+from tuning import contract, objectives, results, spaces
+from tuning import params as param_types
+from tuning.trial import forkserver, trialstate
 from tuning.backend.tune_parts import SyntheticBenchmark
-from tuning.benchmarks import BENCHMARKS
+from tuning.compare.benchmarks import BENCHMARKS
 
 if TYPE_CHECKING:
     from tuning.contract import DataSource
@@ -98,7 +100,7 @@ def trainable(spec):
     or train_function around the space's trainer (a function travels to the workers with it:
     by value when defined in a script or notebook, by name from an importable module)."""
     from tuning.backend.replay import replay_trainable
-    from tuning.replay import is_replay
+    from tuning.compare.recorded import is_replay
 
     space = spec.space
     if is_replay(space.trainer):  # a finished run's recorded curves (tuning/replay.py)
@@ -150,7 +152,7 @@ def train_function(config: dict, *, trainer, source, max_epochs: int,
     given a fraction of a GPU sees that one GPU in ray.get_gpu_ids() and trains on it alone.
     `others`: the metrics besides `metric` that every result must hold (a space's other objectives
     and its constrained metrics, tuning.objectives)."""
-    params = {k: spaces.plain(v) for k, v in config.items()}
+    params = {k: param_types.plain(v) for k, v in config.items()}
     kwargs = dict(**params, **fixed, epochs=max_epochs)
     try:
         if trainer == "cifar" and workers == 1 and forkserver.enabled() and not _gpus():
@@ -301,7 +303,7 @@ def _train_user(fn, kwargs: dict, *, seed: int, threads: int, workers: int, on_e
     gpus = _gpus()
     ranks, backend, device = (len(gpus), "nccl", "cuda") if len(gpus) > 1 else (workers, "gloo", "cpu")
     if ranks > 1:
-        from tuning import distributed
+        from tuning.trial import distributed
 
         return distributed.run(fn, contract.call_kwargs(fn, kwargs, {"seed": seed}), world_size=ranks,
                                backend=backend, device_type=device, threads=max(1, threads // ranks),
@@ -320,8 +322,8 @@ def _train_cifar(kwargs: dict, *, source: DataSource, max_train: int | None, max
     the CPUs, or this process alone."""
     import torch
 
-    from tuning import distributed, trainer
-    from tuning.data import load_train_val
+    from tuning.trial import distributed, trainer
+    from tuning.trial.data import load_train_val
 
     train, val = load_train_val(source, max_train, max_val)  # cached across trials in this process
     kwargs = {**kwargs, "train": train, "val": val}

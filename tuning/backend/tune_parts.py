@@ -24,8 +24,9 @@ from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCall
 from ray.tune.stopper import CombinedStopper, MaximumIterationStopper, Stopper
 
 from tuning import objectives, progress, results, spaces
+from tuning import params as param_types
 from tuning.backend import rayinternals
-from tuning.benchmarks import BENCHMARKS
+from tuning.compare.benchmarks import BENCHMARKS
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ class Recorder(Callback):
 
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.rows.append({**result, "trial_id": trial.trial_id, "wall_s": time.monotonic() - self.started,
-                          "config": {k: spaces.plain(v) for k, v in trial.config.items()}})
+                          "config": {k: param_types.plain(v) for k, v in trial.config.items()}})
 
 
 class BudgetStopper(Stopper):
@@ -323,7 +324,7 @@ class SyntheticBenchmark(tune.Trainable):
         self.reset_config(config)
 
     def reset_config(self, new_config):
-        self.params = {k: spaces.plain(v) for k, v in new_config.items()}
+        self.params = {k: param_types.plain(v) for k, v in new_config.items()}
         self.restored_from = 0
         return True
 
@@ -381,7 +382,7 @@ def trial_record(trial, rows: list[dict], results_dir: Path | None = None) -> di
     return {
         "trial_id": trial.trial_id,
         "status": trial.status,
-        "config": {k: spaces.plain(v) for k, v in trial.config.items()},
+        "config": {k: param_types.plain(v) for k, v in trial.config.items()},
         "rows": rows,
         "error": error,
         "error_file": error_file,
