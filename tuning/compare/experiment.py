@@ -138,3 +138,13 @@ def several_fields(exp: Experiment, space: spaces.Space, task: str | None) -> di
     bench = mobench.name_of(space.trainer)
     return {"objectives": objectives.of(space), "constraints": space.constraints, "reference_point": list(point),
             "true_hypervolume": mobench.true_hypervolume(bench, point) if bench else None}
+
+
+def table_experiment(space: str, tasks: tuple, description: str):
+    """A table's two-objective experiment (experiments/mo_hpobench.py, mo_fcnet.py): single fidelity,
+    so 100 evaluations and only the strategies with a model beside random search (asha and
+    hyperband would be random search), each task's reference point from mo_reference.json (each
+    objective's 90th percentile over the table), 10 seeds."""
+    return Experiment(space=space, budget=100, seeds=tuple(range(10)), strategies=("random", "bohb", "adaptive", "tpe"),
+                      tasks=tasks, reference_point={t: mobench.reference(t) for t in tasks},
+                      smoke={"budget": 6, "seeds": 1, "tasks": 1}, description=description)
