@@ -348,12 +348,8 @@ def build(spec, budget=None):
                          brackets=len(progress.async_brackets(first, spec.max_epochs, space.reduction_factor)))
         search = SearcherSearch(tpe.searcher(space, seed, spec.max_epochs, spec.warm_points), more=more)
         config = {}
-    elif strategy in ("hyperband", "bohb", "adaptive", "tpe"):
+    elif strategy in ("hyperband", "bohb", "adaptive"):
         model = None
-        if strategy == "tpe":
-            from tuning.backend import tpe
-
-            model = tpe.searcher(space, seed, spec.max_epochs, spec.warm_points)
         if strategy in ("bohb", "adaptive"):
             # hpbandster, ConfigSpace, scipy: seconds, for these alone
             from tuning.backend.adaptive import AdaptiveBOHB, AdaptiveHyperBand
@@ -366,7 +362,7 @@ def build(spec, budget=None):
             model.warm(spec.warm_rows)
         bands = dict(time_attr="training_iteration", metric=space.metric, mode=space.mode, max_t=spec.max_epochs,
                      reduction_factor=space.reduction_factor, rule=rule,
-                     observe=model.observe if strategy != "tpe" and model else None)
+                     observe=model.observe if model else None)
         scheduler = (AdaptiveHyperBand(**bands, model=model, seed=seed + spec.extension) if strategy == "adaptive"
                      else HyperBand(**bands))
         search = (SearcherSearch(model, scheduler=scheduler, more=more) if model else

@@ -122,12 +122,13 @@ class Reporter(rayinternals.Reporter):
         return SimpleNamespace(trial_id=best.trial_id, last_result={**best.last_result, "config": full})
 
     def setup_progress(self, planned: int, results_dir: Path | None, *, strategy: str = "",
-                       elapsed_before_s: float = 0.0) -> None:
+                       elapsed_before_s: float = 0.0, constraints: dict | None = None) -> None:
         """Each table is followed by a progress line (tuning/progress.py) over `planned` epochs,
         also written to results_dir/progress.json for the live report; an interactive terminal
         also gets a progress bar, updated at every step. `elapsed_before_s`: the wall time of the
         run's earlier segments (a resume), which the elapsed time goes on from."""
         self._planned, self._progress_file = planned, results_dir and results_dir / progress.PROGRESS_FILE
+        self._constraints = constraints or {}  # the line's best is of feasible results
         self._strategy, self._before = strategy, elapsed_before_s
         self._started, self._at_start, self._at_once, self._early = time.monotonic(), None, 1, None
         self._last = (None, None)  # (when, epochs done) at the last line: the recent rate
@@ -163,7 +164,7 @@ class Reporter(rayinternals.Reporter):
         self._at_once = max(self._at_once, sum(t.status == "RUNNING" for t in trials))
         results = [t.last_result for t in trials if (t.last_result or {}).get("training_iteration")]
         per_epoch = [r["time_total_s"] / r["training_iteration"] for r in results if r.get("time_total_s")]
-        if getattr(self, "_constraints", None):  # the best feasible one: an infeasible value is no one's best
+        if self._constraints:  # the best feasible one: an infeasible value is no one's best
             values = [r[self.metric] for r in results if isinstance(r.get(self.metric), (int, float))
                       and objectives.violation(r, self._constraints) == 0]
         else:
@@ -212,8 +213,8 @@ def reporter(space: spaces.Space, every_s: float = 30, *, planned: int | None = 
                      mode=space.mode, sort_by_metric=True, max_report_frequency=every_s,
                      print_intermediate_tables=True)
     if planned is not None:
-        table.setup_progress(planned, results_dir, strategy=strategy, elapsed_before_s=elapsed_before_s)
-        table._constraints = dict(space.constraints)  # the line's best is of feasible results
+        table.setup_progress(planned, results_dir, strategy=strategy, elapsed_before_s=elapsed_before_s,
+                             constraints=dict(space.constraints))
     return table
 
 
