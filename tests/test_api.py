@@ -76,7 +76,7 @@ def test_best_is_the_full_budget_incumbent_not_the_best_last_value(ray_here, tmp
     assert len(full) and (trials["score"] > full["score"].max()).any(), "the case the test needs did not arise"
     assert result.best.trial_id == full.loc[full["score"].idxmax(), "trial_id"]
     assert json.loads((tmp_path / "r" / "best_config.json").read_text())["trial_id"] == result.best.trial_id
-    assert result.record.best["trial_id"] == result.best.trial_id  # what warm start and the report read
+    assert result.record.best.trial_id == result.best.trial_id  # what warm start and the report read
 
 
 def test_a_trainer_without_torch_runs_in_trials_that_never_import_it(ray_here, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from tuning import fidelity, spacejson, spaces
 from tuning.fidelity import Agreement, agreement, sentence
 from tuning.record import RunRecord
+from tuning.results import TrialRecord
 from tuning.report import comparison, runreport
 
 
@@ -102,8 +103,8 @@ def _records(n, epochs=4):
         last = 2 if i % 3 == 2 else epochs
         rows = [{"training_iteration": e, "epoch": e, "loss": (-i if e == 1 else i + 1.0 / e), "diverged": False,
                  "restored_from": 0, "time_total_s": 1.0 * e, "timestamp": 1_000_000 + e} for e in range(1, last + 1)]
-        out.append({"trial_id": f"t{i:02d}", "status": "TERMINATED", "config": {"lr": 10 ** (-1 - i / n)},
-                    "rows": rows, "error": None, "failures": 0, "checkpoint": None, "path": None})
+        out.append(TrialRecord(trial_id=f"t{i:02d}", status="TERMINATED", config={"lr": 10 ** (-1 - i / n)},
+                               rows=rows))
     return out
 
 

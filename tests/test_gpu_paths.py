@@ -35,7 +35,7 @@ def _cluster(cpus: float, gpus: float) -> dict:
 def _resources(space, cluster, gpus_per_trial=None):
     """(cpus, gpus, workers) per trial, as tuning.api checks and records them."""
     res, workers = inputs.resources(space, cluster, None, gpus_per_trial, None)
-    return res["cpu"], res["gpu"], workers
+    return res.cpu, res.gpu, workers
 
 
 def test_a_quarter_gpu_per_trial_is_accepted_on_one_gpu():
@@ -77,15 +77,15 @@ def test_quarter_gpu_trials_share_one_gpu_and_an_oom_fails_alone(ray_with_one_gp
     spec = backend.RunSpec(space=space, strategy="grid", num_samples=1, max_epochs=1, seed=0, cpus_per_trial=0.5,
                            gpus_per_trial=0.25, source=None, results_dir=tmp_path / "results", progress=False)
     records, _ = backend.run(spec)
-    by_mode = {r["config"]["mode"]: r for r in records}
+    by_mode = {r.config["mode"]: r for r in records}
     for mode in "abc":  # three trials on one GPU at once (the fourth failed at its start)
-        assert by_mode[mode]["status"] == "TERMINATED", by_mode[mode]["error"]
-        row = by_mode[mode]["rows"][-1]
+        assert by_mode[mode].status == "TERMINATED", by_mode[mode].error
+        row = by_mode[mode].rows[-1]
         assert row["together"] is True and row["visible_gpus"] == "0"
     oom = by_mode["oom"]
-    assert oom["status"] == "ERROR" and oom["failures"] == 1  # its one attempt (max_failures 0): not retried
-    assert "CUDA out of memory with config {'mode': 'oom'}: this trial shares its GPU" in oom["error"]
-    assert "raise --gpus-per-trial (e.g. to 0.5) so fewer trials share it" in oom["error"]
+    assert oom.status == "ERROR" and oom.failures == 1  # its one attempt (max_failures 0): not retried
+    assert "CUDA out of memory with config {'mode': 'oom'}: this trial shares its GPU" in oom.error
+    assert "raise --gpus-per-trial (e.g. to 0.5) so fewer trials share it" in oom.error
 
 
 def _fails(capsys, argv, *needles):

@@ -206,7 +206,7 @@ def test_mlflow_logs_every_objective_the_front_and_tags_only_its_children(two):
 
     folder = two.results_dir
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(two.record.mlflow["experiment"])
+    exp = client.get_experiment_by_name(two.record.mlflow.experiment)
     runs = client.search_runs([exp.experiment_id], max_results=1000)
     parent = next(r for r in runs if "mlflow.parentRunId" not in r.data.tags)
     kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
@@ -243,9 +243,9 @@ def test_add_samples_moves_the_pareto_tag_to_the_new_front(ray_here, tmp_path):
     after = set(more.pareto["trial_id"])
     assert before - after, "the new trials must push some of the first front off it"
     client = MlflowClient(f"sqlite:///{folder / 'mlflow.db'}")
-    exp = client.get_experiment_by_name(first.record.mlflow["experiment"])
+    exp = client.get_experiment_by_name(first.record.mlflow.experiment)
     kids = [r for r in client.search_runs([exp.experiment_id], max_results=1000) if "mlflow.parentRunId" in r.data.tags]
     assert len(kids) == 24
     assert {k.data.tags["trial_id"] for k in kids if "pareto" in k.data.tags} == after
-    parent = client.get_run(first.record.mlflow["parent_run_id"])
+    parent = client.get_run(first.record.mlflow.parent_run_id)
     assert [m.value for m in client.get_metric_history(parent.info.run_id, "pareto_size")] == [len(before), len(after)]

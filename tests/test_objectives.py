@@ -319,7 +319,7 @@ def test_an_extended_mo_asha_rebuilds_its_rungs_with_every_objective(ray_here, t
     for values, violation in first_rung.values():
         assert values.shape == (2,) and np.isfinite(values).all() and violation >= 0
     assert any(v > 0 for _, v in first_rung.values()), "the seed must draw a trial over the memory bound"
-    new = {r["trial_id"] for r in records} - set(list(first_rung)[:6])
+    new = {r.trial_id for r in records} - set(list(first_rung)[:6])
     assert {d[1] for d in got["asha"].decisions()} >= new  # the new ones decided against all nine
 
 

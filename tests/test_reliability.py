@@ -310,7 +310,7 @@ def test_steady_memory_is_not_flagged(misbehaving):
 def test_a_killed_segment_counts_up_to_the_last_file_it_wrote(tmp_path):
     # What a resume finds after SIGKILL, without the minutes of a real one (test-all runs that).
     from tuning import session
-    from tuning.record import RunRecord
+    from tuning.record import RunRecord, Segment
 
     rec = RunRecord(space="s", strategy="asha", seed=0, num_samples=1, max_epochs=1, wall_time_s=100.0,
                     segments=[{"started": 1000.0, "wall_s": 100.0, "ended": "finished"},
@@ -319,7 +319,7 @@ def test_a_killed_segment_counts_up_to_the_last_file_it_wrote(tmp_path):
         (tmp_path / name).write_text("")
         os.utime(tmp_path / name, (written, written))  # trials.csv: not a file a running run rewrites
     session._close_killed_segment(rec, tmp_path)
-    assert rec.segments[-1] == {"started": 5000.0, "wall_s": 120.0, "ended": "killed"}
+    assert rec.segments[-1] == Segment(started=5000.0, wall_s=120.0, ended="killed")
     assert rec.wall_time_s == 220.0
     session._close_killed_segment(rec, tmp_path)  # closed: a second look changes nothing
     assert rec.wall_time_s == 220.0

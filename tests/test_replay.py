@@ -48,7 +48,7 @@ def runs(tmp_path_factory, recorded):
                                    results_dir=tmp_path_factory.mktemp(strategy), progress=False,
                                    snapshot_every_step=False, callbacks=[rec])
             records, interrupted = backend.run(spec)
-            assert not interrupted
+            assert not interrupted and all(isinstance(r, results.TrialRecord) for r in records)
             out[strategy] = (records, rec.rows)
     finally:
         ray.shutdown()

@@ -70,13 +70,13 @@ def test_files_meant_for_committing_name_paths_inside_the_working_folder_relativ
     assert '"root": "data/synthetic"' in prov
 
     run = _run(tmp_path / "run")  # and a run's report, from a run.json that keeps its paths whole
-    trials = [{"trial_id": tid, "config": {"x": x}, "status": "TERMINATED",
-               "rows": [{"training_iteration": t, "loss": x / t} for t in (1, 2)]}
+    trials = [results.TrialRecord(trial_id=tid, config={"x": x}, status="TERMINATED",
+                                 rows=[{"training_iteration": t, "loss": x / t} for t in (1, 2)])
               for tid, x in (("a", 0.2), ("b", 0.6))]
     results.write_tables(run, results.trials_table(trials, ["x"], strategy="random", max_epochs=2),
                          results.epochs_table(trials, ["x"]))
     rec = record.read(run)
-    rec.argv, rec.data = ["--results-dir", str(run), "--data-dir", "/elsewhere/data"], data.__dict__
+    rec.argv, rec.data = ["--results-dir", str(run), "--data-dir", "/elsewhere/data"], record.DataOrigin(**data.__dict__)
     rec.write(run)
     md = runreport.regenerate(run)["markdown"].read_text()
     assert str(tmp_path) not in md and "| data.root | data/synthetic |" in md

@@ -1,5 +1,5 @@
 """The report of one tuning.run (tuning.report.runreport): from a real counting-ones run through the CLI
-(seconds), from a live run through tuning.backend with a 1 s cadence, and from plain records
+(seconds), from a live run through tuning.backend with a 1 s cadence, and from trial records
 covering every way a trial can end."""
 
 import io
@@ -22,6 +22,7 @@ from tuning import results, spacejson, spaces
 from tuning.report import comparison as report
 from tuning.report import fanova, runplots, runreport
 from tuning.record import RunRecord
+from tuning.results import TrialRecord
 
 TESTS = Path(__file__).resolve().parent
 SAMPLES = 12  # >= fanova.MIN_IMPORTANCE_TRIALS, so the importance table is there
@@ -202,8 +203,7 @@ def _rows(losses, *, resumed_at=0, diverged_at=None, t0=1_000_000):
 
 
 def _record(tid, status, lr, batch, rows, error=None):
-    return {"trial_id": tid, "status": status, "config": {"lr": lr, "batch_size": batch}, "rows": rows,
-            "error": error, "failures": 0, "checkpoint": None, "path": None}
+    return TrialRecord(trial_id=tid, status=status, config={"lr": lr, "batch_size": batch}, rows=rows, error=error)
 
 
 RECORDS = [
@@ -320,15 +320,15 @@ def live_run(tmp_path_factory):
     return calls, records, space, [r.getMessage() for r in logged.buffer]
 
 
-def test_progress_comes_at_most_every_period_with_plain_records(live_run):
+def test_progress_comes_at_most_every_period_with_trial_records(live_run):
     calls, records, _, _ = live_run
     assert len(calls) >= 3  # the run lasts about 5 s: one at the start, then about one a second
     gaps = np.diff([c["at"] for c in calls])
     assert (gaps >= 1.0).all(), gaps
-    assert all(r["status"] == "TERMINATED" and len(r["rows"]) == 5 for r in records)
-    mid = [r for c in calls for r in c["records"] if r["status"] == "RUNNING" and 0 < len(r["rows"]) < 5]
+    assert all(r.status == "TERMINATED" and len(r.rows) == 5 for r in records)
+    mid = [r for c in calls for r in c["records"] if r.status == "RUNNING" and 0 < len(r.rows) < 5]
     assert mid, "no call saw a trial half-way"
-    assert all(set(r) == set(records[0]) for c in calls for r in c["records"])  # the shape run() returns
+    assert all(isinstance(r, TrialRecord) for c in calls for r in c["records"])  # what run() returns
 
 
 def test_a_failing_progress_hook_is_logged_once_and_the_run_goes_on(live_run):
@@ -340,7 +340,7 @@ def test_a_failing_progress_hook_is_logged_once_and_the_run_goes_on(live_run):
 
 def test_live_report_from_records_seen_mid_run(live_run, tmp_path):
     calls, _, space, _ = live_run
-    mid = next(c["records"] for c in calls if any(r["status"] == "RUNNING" and r["rows"] for r in c["records"]))
+    mid = next(c["records"] for c in calls if any(r.status == "RUNNING" and r.rows for r in c["records"]))
     plan = RunRecord(space="steady", strategy="random", seed=0, num_samples=4, max_epochs=5,
                      params=spacejson.declarations(space), metric="loss", mode="min", status="running",
                      data={"kind": "trainer"})

@@ -107,6 +107,12 @@ def test_best_config_and_run_record(asha_run):
     for pkg in ("torch", "ray", "hpbandster", "ConfigSpace"):
         assert run["versions"][pkg]
     assert "git_commit" in run
+    from tuning import record
+
+    rec = record.read(results)  # its parts typed, as every reader of run.json gets them
+    assert rec.data.kind == "synthetic" and rec.resources_per_trial.cpu == run["resources_per_trial"]["cpu"]
+    assert rec.best.trial_id == best["trial_id"] and rec.best.row["test_accuracy"] == best["test_accuracy"]
+    assert [s.ended for s in rec.segments] == ["finished"] and rec.segments[0].wall_s > 0
 
 
 def test_run_ends_with_its_report(asha_run):

@@ -125,7 +125,7 @@ def test_a_search_is_one_parent_run_with_a_nested_child_run_per_trial(server, ra
     assert len(parents) == 1
     parent = parents[0]
     kids = children[parent.info.run_id]
-    assert result.record.mlflow["parent_run_id"] == parent.info.run_id  # run.json keeps it for --resume
+    assert result.record.mlflow.parent_run_id == parent.info.run_id  # run.json keeps it for --resume
     assert json.loads((tmp_path / "r" / "run.json").read_text())["mlflow"]["parent_run_id"] == parent.info.run_id
     trials = result.trials.set_index("trial_id")
     assert sorted(k.data.tags["trial_id"] for k in kids) == sorted(trials.index)  # one child per trial

@@ -173,7 +173,7 @@ def _execute(space, rec, source, folder: Path, *, resume: bool, add_samples: int
     from tuning.searchresult import data_banner
 
     if source is not None:
-        log.warning(data_banner({"kind": source.kind, "root": source.root}))
+        log.warning(data_banner(records.DataOrigin(kind=source.kind, root=source.root)))
     page = folder / "report.html"
     return session.execute(
         space, rec, source, folder, resume=resume, add_samples=add_samples, keep_ray=keep_ray, track=track,
@@ -186,8 +186,8 @@ def _resume_tracking(rec: records.RunRecord, folder: Path, mlflow, experiment: s
     before. A recorded server that is down now does not stop the resume: the search goes on and
     the summary says what could not be logged."""
     label = Path(rec.space or spaces.trainer_name(rec.trainer).rpartition(":")[2]).stem
-    mine = rec.mlflow or {}
-    if mlflow is not None or not mine:
+    mine = rec.mlflow
+    if mlflow is not None or mine is None:
         return tracking_store.check(mlflow, experiment, label, folder)
-    uri = True if mine.get("default") else mine["uri"]
-    return tracking_store.check(uri, experiment or mine.get("experiment"), label, folder, strict=False)
+    uri = True if mine.default else mine.uri
+    return tracking_store.check(uri, experiment or mine.experiment, label, folder, strict=False)

@@ -202,11 +202,11 @@ def check_live(backend, info: dict) -> list[dict]:
         except Exception as exc:
             return [_line(FAIL, "live trial", f"{type(exc).__name__}: {exc}", "run with --worker-logs to see "
                           "the trial's output")]
-    rec = records[0] if records else {}
-    if rec.get("status") != "TERMINATED" or not rec.get("rows"):
-        return [_line(FAIL, "live trial", f"the trial ended {rec.get('status', 'without starting')}: "
-                      f"{rec.get('error') or 'no result'}", "rerun tuning.run with --worker-logs to see why")]
-    row = rec["rows"][-1]
+    rec = records[0] if records else None
+    if rec is None or rec.status != "TERMINATED" or not rec.rows:
+        return [_line(FAIL, "live trial", f"the trial ended {rec.status if rec else 'without starting'}: "
+                      f"{(rec and rec.error) or 'no result'}", "rerun tuning.run with --worker-logs to see why")]
+    row = rec.rows[-1]
     return [_line(OK, "live trial", f"1 trial, 1 epoch of the CIFAR trainable on {'GPU' if gpus else 'CPU'} "
                   f"in {took:.1f} s (loss {row['loss']:.3f}, peak RSS {row.get('peak_rss_mb', 0):.0f} MB)")]
 

@@ -170,8 +170,8 @@ def remove_if_empty(path: Path, created: bool) -> None:
         path.rmdir()
 
 
-def resources(space: spaces.Space, cluster: dict, cpus, gpus, workers) -> tuple[dict, int]:
-    """({"cpu", "gpu"} per trial, DDP workers per trial), checked against what Ray sees: a trial
+def resources(space: spaces.Space, cluster: dict, cpus, gpus, workers) -> tuple[records.Resources, int]:
+    """(CPUs and GPUs per trial, DDP workers per trial), checked against what Ray sees: a trial
     runs on one node, so against the largest node's CPUs and GPUs."""
     workers = workers if workers is not None else space.workers_per_trial
     check_at_least("workers_per_trial", workers)
@@ -202,7 +202,7 @@ def resources(space: spaces.Space, cluster: dict, cpus, gpus, workers) -> tuple[
     if ranks > 1 and isinstance(batch, spaces.Choice) and any(int(b) % ranks for b in batch.values):
         raise UsageError(f"batch_size choices {list(batch.values)} do not all split evenly over {ranks} "
                          "ranks (batch_size is the global batch): use a rank count that divides them")
-    return {"cpu": cpus, "gpu": gpus}, workers
+    return records.Resources(cpu=cpus, gpu=gpus), workers
 
 
 def precision(space: spaces.Space, flag: str | None) -> str | None:

@@ -1,8 +1,11 @@
-"""A run's record, run.json: what was asked for and, as the run goes, what came of it.
+"""A run's record, run.json, and its typed parts.
 
-One typed object, read and written here only. tuning.api fills it in before the run, tuning.session
-as the run starts and ends, growth when a run is extended; the report, warm start, --resume and the
-GPU steps read it back through ``read``, which turns a missing or damaged file into one line.
+RunRecord is what was asked for and, as the run goes, what came of it; read and written here only.
+tuning.api fills it in before the run, tuning.session as the run starts and ends, growth when a run
+is extended; the report, warm start, --resume and the GPU steps read it back through ``read``,
+which turns a missing or damaged file into one line. Its inner parts are typed too, and run.json
+keeps the plain JSON it always had, so a run written before they were is read the same. A trial's
+record is tuning.results.TrialRecord.
 """
 
 from __future__ import annotations
@@ -23,6 +26,73 @@ class RecordError(TuningError):
 
 
 @dataclass
+class Resources:
+    """What each trial holds: CPUs and GPUs (a fraction shares one)."""
+    cpu: float = 1
+    gpu: float = 0
+
+
+@dataclass
+class DataOrigin:
+    """Where a run's data came from: "cifar10" or "synthetic" (with the folder), "trainer" for a
+    trainer that brings its own, "benchmark:<name>" for a built-in benchmark."""
+    kind: str = ""
+    root: str | None = None
+
+
+@dataclass
+class Segment:
+    """One stretch of a run: a first start, a resume or an extension. The open one has ended None."""
+    started: float  # epoch seconds
+    wall_s: float | None = None
+    ended: str | None = None  # how it ended: "finished", "interrupted", ...
+
+
+@dataclass
+class MlflowLink:
+    """Where the run logs (tuning.tracking): a resume continues the same parent run."""
+    uri: str | None = None
+    experiment: str | None = None
+    default: bool = False  # the default store (./mlruns), whatever the folder it resolves to now
+    experiment_id: str | None = None
+    parent_run_id: str | None = None
+
+
+@dataclass
+class Incumbent:
+    """The run's best trial as its trials.csv row holds it, with its test figures. `row` is keyed by
+    column, since the columns are the space's own parameters and the trainer's own metrics."""
+    trial_id: str
+    epochs: int
+    row: dict
+
+
+def _part(cls, value):
+    """A typed part of RunRecord from run.json's plain JSON (keys it does not know are dropped); an
+    empty or missing one is None."""
+    if not value or isinstance(value, cls):
+        return value or None
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in value.items() if k in names})
+
+
+def _incumbent(value) -> Incumbent | None:
+    if value is None or isinstance(value, Incumbent):
+        return value
+    return Incumbent(trial_id=str(value.get("trial_id", "")), epochs=int(value.get("epochs") or 0), row=dict(value))
+
+
+def _plain(value):
+    if isinstance(value, Incumbent):
+        return value.row
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+@dataclass
 class RunRecord:
     # What was asked for: tuning.api, before anything starts.
     space: str  # the space's name: a module of search_spaces/, a .py path, or "" for a Space built in Python
@@ -40,7 +110,7 @@ class RunRecord:
     time_budget_s: float | None = None
     warm_start: dict | None = None
     data_args: dict = field(default_factory=dict)
-    resources_per_trial: dict = field(default_factory=dict)
+    resources_per_trial: Resources = field(default_factory=Resources)
     workers_per_trial: int = 1
     # A trainer that returns its metrics instead of calling on_epoch (tuning.contract): each trial is
     # one report, so max_epochs is 1, and this is the `epochs` it is passed (the declared budget).
@@ -49,7 +119,7 @@ class RunRecord:
     # The whole declaration (spacejson.to_json), so a resume or a report needs no space file.
     declaration: dict = field(default_factory=dict)
     # Where the run came from: tuning.session, as its first segment starts.
-    data: dict | None = None
+    data: DataOrigin | None = None
     fixed: dict = field(default_factory=dict)
     versions: dict = field(default_factory=dict)
     git_commit: str | None = None
@@ -65,7 +135,7 @@ class RunRecord:
     wall_time_s: float = 0.0  # the sum of the segments' wall_s
     # One entry per segment: started (epoch seconds), wall_s and how it ended; the open one has
     # ended None. A segment killed before it could close is counted up to the last file it wrote.
-    segments: list = field(default_factory=list)
+    segments: list[Segment] = field(default_factory=list)
     extensions: list = field(default_factory=list)
     # What it came to (tuning.session at the end of each segment).
     trials: int = 0
@@ -77,15 +147,21 @@ class RunRecord:
     memory_growing: int = 0
     resumed_trials: int = 0
     recomputed_epochs: int = 0
-    best: dict | None = None  # the incumbent's row (results.incumbent), with its test figures
+    best: Incumbent | None = None  # the incumbent (results.incumbent), with its test figures
     best_note: str = ""  # how the incumbent was chosen, when not at the full budget
     # MLflow tracking (tuning.tracking): uri, experiment, its id, the parent run's id; a resume
     # continues that parent run.
-    mlflow: dict | None = None
+    mlflow: MlflowLink | None = None
     extra: dict = field(default_factory=dict)  # keys this version does not know, kept as they were
 
+    def __post_init__(self):  # run.json's plain JSON, as from_json passes it, into the typed parts
+        self.resources_per_trial = _part(Resources, self.resources_per_trial) or Resources()
+        self.data, self.mlflow = _part(DataOrigin, self.data), _part(MlflowLink, self.mlflow)
+        self.segments = [_part(Segment, s) for s in self.segments]
+        self.best = _incumbent(self.best)
+
     def to_json(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        out = {f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "extra"}
         return {**self.extra, **out}
 
     @classmethod

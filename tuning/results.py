@@ -1,6 +1,6 @@
 """Result tables (pandas) and the files of a results folder, written atomically.
 
-Input is the plain per-trial records from ``tuning.backend``; nothing here knows about Ray.
+Input is a TrialRecord per trial, as ``tuning.backend`` hands them back; nothing here knows about Ray.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -39,6 +40,22 @@ def is_number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+@dataclass
+class TrialRecord:
+    """One trial: what tuning.backend knows of it at the end of a segment or at a live report
+    (tune_parts.trial_record), or what a killed run's results.jsonl still holds (tuning.report).
+    Its rows stay dicts: their keys are the trainer's own metrics, beside Tune's."""
+    trial_id: str
+    status: str  # Tune's (PENDING, RUNNING, PAUSED, TERMINATED, ERROR), or the report's "STOPPED"
+    config: dict  # plain values (tuning.params.plain), an inactive conditional parameter absent
+    rows: list[dict] = field(default_factory=list)  # every result, as it arrived (results.jsonl)
+    error: str | None = None  # a failed trial's last traceback line
+    error_file: str | None = None  # its whole traceback: relative to the results dir where one was given
+    failures: int = 0  # retries after the trainer raised
+    checkpoint: str | None = None  # its last checkpoint: a path, or a URI on shared storage
+    path: str | None = None  # its folder in Tune's experiment; None before it was scheduled
+
+
 def truthy(v) -> bool:
     """A boolean cell as read back from CSV ("True", "1", "1.0") or kept in memory (a bool)."""
     return str(v).lower() in ("true", "1", "1.0")
@@ -49,12 +66,12 @@ def is_metric(name: str) -> bool:
     return name not in TUNE_KEYS and name not in DIAGNOSTICS and name != "epoch"
 
 
-def metric_keys(records: list[dict], metric: str) -> list[str]:
+def metric_keys(records: list[TrialRecord], metric: str) -> list[str]:
     """The metrics the trainers reported, the space's first: every numeric key of their rows that is
     neither Tune's nor a diagnostic, in the order they first appear."""
     keys = {metric: None}
     for rec in records:
-        for row in rec["rows"]:
+        for row in rec.rows:
             for k, v in row.items():
                 if is_number(v) and is_metric(k):
                     keys.setdefault(k, None)
@@ -115,34 +132,34 @@ def read_rows(path: Path, quiet: bool = False) -> dict[str, list[dict]]:
     return rows
 
 
-def config_cells(records: list[dict], params: list[str]):
+def config_cells(records: list[TrialRecord], params: list[str]):
     """rec -> its parameters as table cells. A parameter that took a list or a dict (a Choice of
     them) has every value it took as JSON text, `null` for a chosen None, so its column holds one
     type that CSV and parquet keep and `json.loads` reads back; an inactive one is an empty cell."""
-    as_json = {p for rec in records for p, v in rec["config"].items() if p in params and isinstance(v, (list, dict))}
+    as_json = {p for rec in records for p, v in rec.config.items() if p in params and isinstance(v, (list, dict))}
 
-    def cells(rec: dict) -> dict:
-        config = rec["config"]
+    def cells(rec: TrialRecord) -> dict:
+        config = rec.config
         return {p: json.dumps(config[p]) if p in as_json and p in config else config.get(p) for p in params}
 
     return cells
 
 
-def epochs_table(records: list[dict], params: list[str], metric: str = "loss") -> pd.DataFrame:
+def epochs_table(records: list[TrialRecord], params: list[str], metric: str = "loss") -> pd.DataFrame:
     """Every reported row: the learning curves, one row per trial and epoch, with a column for every
     metric the trainers reported."""
     columns = ["training_iteration", "epoch", *metric_keys(records, metric), *DIAGNOSTICS]
     cells = config_cells(records, params)
     rows = []
     for rec in records:
-        for r in _curve(rec["rows"]):
-            row = {"trial_id": rec["trial_id"], **cells(rec)}
+        for r in _curve(rec.rows):
+            row = {"trial_id": rec.trial_id, **cells(rec)}
             row.update({c: r.get(c) for c in columns})
             rows.append(row)
     return pd.DataFrame(rows, columns=["trial_id", *params, *columns])
 
 
-def trials_table(records: list[dict], params: list[str], *, strategy: str, max_epochs: int,
+def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str, max_epochs: int,
                  metric: str = "loss", mode: str = "min", cpus: float = 0, gpus: float = 0) -> pd.DataFrame:
     """One row per trial: its hyperparameters, every metric's final value and, where its direction
     is known (direction), its best one, epochs, status, time, and device-hours (the trial's
@@ -152,21 +169,21 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
     cells = config_cells(records, params)
     rows = []
     for rec in records:
-        curve = [r for r in _curve(rec["rows"]) if r.get(metric) is not None]
+        curve = [r for r in _curve(rec.rows) if r.get(metric) is not None]
         real = [r for r in curve if not r.get("diverged")]  # a diverged epoch's value is a stand-in
         last = curve[-1] if curve else {}
         epochs = int(last.get("training_iteration", 0))
-        finished = rec["status"] == "TERMINATED"
-        resumed = sorted({int(r["restored_from"]) for r in rec["rows"] if r.get("restored_from")})
+        finished = rec.status == "TERMINATED"
+        resumed = sorted({int(r["restored_from"]) for r in rec.rows if r.get("restored_from")})
         rows.append({
-            "trial_id": rec["trial_id"],
+            "trial_id": rec.trial_id,
             "strategy": strategy,
             **cells(rec),
             **{k: last.get(k) for k in keys},
             **{f"best_{k}": _best(real, k, way) for k, way in ways.items() if way},
             "epochs": epochs,
             "world_size": last.get("world_size", 1),
-            "status": rec["status"],
+            "status": rec.status,
             # Terminated before the full budget: the scheduler (ASHA) stopped it. Grid and random have
             # none that stops trials (FIFO): a trial that ended sooner ended itself.
             "stopped_early": finished and epochs < max_epochs and strategy not in ("grid", "random"),
@@ -174,21 +191,21 @@ def trials_table(records: list[dict], params: list[str], *, strategy: str, max_e
             # (Hyperband rungs under BOHB), e.g. "1;3".
             "resumed_at": ";".join(map(str, resumed)),
             # Its metric turned NaN/inf: it stopped and reported the space's worst-case value.
-            "diverged": any(bool(r.get("diverged")) for r in rec["rows"]),
-            "recomputed_epochs": _recomputed(rec["rows"]),
+            "diverged": any(bool(r.get("diverged")) for r in rec.rows),
+            "recomputed_epochs": _recomputed(rec.rows),
             "node_ip": last.get("node_ip"),  # where it ran (on a cluster, which node)
             "node_id": last.get("node_id"),  # Ray's node id: tells apart nodes sharing an IP
             "wall_time_s": last.get("time_total_s"),
             # Every epoch it ran, recomputed ones too: they held the devices as much as the others.
-            **device_hours(rec["rows"], cpus, gpus),
+            **device_hours(rec.rows, cpus, gpus),
             "peak_rss_mb": _max(curve, "peak_rss_mb"),
             "cuda_max_allocated_mb": _max(curve, "cuda_max_allocated_mb"),
             "cuda_reserved_mb": _max(curve, "cuda_reserved_mb"),
             # Memory grew epoch after epoch (the trial logged the likely causes).
-            "memory_growing": any(bool(r.get("memory_growing")) for r in rec["rows"]),
-            "failures": rec.get("failures", 0),  # retries after the training raised
-            "error": rec.get("error"),
-            "error_file": rec.get("error_file"),  # the trainer's traceback, where it raised
+            "memory_growing": any(bool(r.get("memory_growing")) for r in rec.rows),
+            "failures": rec.failures,  # retries after the training raised
+            "error": rec.error,
+            "error_file": rec.error_file,  # the trainer's traceback, where it raised
         })
     df = pd.DataFrame(rows)
     if not df.empty:

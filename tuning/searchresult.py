@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tuning.record import RunRecord
+from tuning.record import DataOrigin, RunRecord
 
 
 @dataclass
@@ -85,7 +85,7 @@ class SearchResult:
             diverged = f" ({r.diverged} diverged)" if r.diverged else ""
             return [f"No trial reported a usable {r.metric}{diverged}."]
         cfg = ", ".join(f"{p}={v:.4g}" if isinstance(v, float) else f"{p}={v}" for p, v in b.config.items())
-        label = f"validation {r.metric}" if (r.data or {}).get("kind") in ("cifar10", "synthetic") else r.metric
+        label = f"validation {r.metric}" if r.data and r.data.kind in ("cifar10", "synthetic") else r.metric
         others = [f"{k} {_fmt(v)}" for k, v in b.metrics.items()
                   if k != r.metric and not k.startswith(("best_", "test_"))]
         out = [f"Best trial {b.trial_id}: {cfg}",
@@ -124,11 +124,11 @@ def _fmt(v) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
-def data_banner(data_record: dict | None) -> str | None:
-    kind = (data_record or {}).get("kind")
+def data_banner(origin: DataOrigin | None) -> str | None:
+    kind = origin.kind if origin else None
     if kind == "synthetic":
-        return (f"DATA: SYNTHETIC CIFAR-10-shaped images ({data_record['root']}); no real CIFAR-10 was used, "
+        return (f"DATA: SYNTHETIC CIFAR-10-shaped images ({origin.root}); no real CIFAR-10 was used, "
                 "so accuracies say nothing about CIFAR-10")
     if kind == "cifar10":
-        return f"DATA: real CIFAR-10 ({data_record['root']})"
+        return f"DATA: real CIFAR-10 ({origin.root})"
     return None

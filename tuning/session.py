@@ -15,7 +15,8 @@ import pandas as pd
 
 from tuning import backend, cli, contract, growth, objectives, provenance, results, spacejson, spaces, tracking
 from tuning import tracking_store
-from tuning.record import RunRecord
+from tuning.record import DataOrigin, Incumbent, RunRecord, Segment
+from tuning.results import TrialRecord
 from tuning.searchresult import Best, SearchResult
 
 if TYPE_CHECKING:  # tuning.trial.data imports torch (3 s): only a CIFAR run's driver needs it
@@ -71,7 +72,7 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
     if on_start is not None:
         on_start()
 
-    def on_progress(records: list[dict]) -> None:
+    def on_progress(records: list[TrialRecord]) -> None:
         if tracker is not None:
             tracker.update(records)
         runreport.write_from_records(results_dir, records, record, live=True)
@@ -92,11 +93,11 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
     params = list(space.params)
     res = record.resources_per_trial
     trials = results.trials_table(records, params, strategy=record.strategy, max_epochs=record.max_epochs,
-                                  metric=space.metric, mode=space.mode, cpus=res["cpu"], gpus=res["gpu"])
+                                  metric=space.metric, mode=space.mode, cpus=res.cpu, gpus=res.gpu)
     trials = objectives.annotate(trials, space, record.max_epochs)  # several objectives: feasibility, rank
     epochs = results.epochs_table(records, params, space.metric)
     results.write_tables(results_dir, trials, epochs)
-    wrong = next((r[results.METRIC_ERROR] for rec in records for r in rec["rows"] if r.get(results.METRIC_ERROR)),
+    wrong = next((r[results.METRIC_ERROR] for rec in records for r in rec.rows if r.get(results.METRIC_ERROR)),
                  None)
     if wrong:
         _record_end(record, trials, None, "stopped: the trainer's metrics cannot be used", started)
@@ -106,7 +107,7 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
             tracker.finish(records, trials, None, record.status)
         raise MetricError(f"{wrong}; the run stopped after its first result (files kept in {results_dir})")
     pareto = _write_front(results_dir, trials, space)  # not before: a stopped run's front is of stand-in values
-    unfinished = [r for r in records if r["status"] not in ("TERMINATED", "ERROR")] or interrupted
+    unfinished = [r for r in records if r.status not in ("TERMINATED", "ERROR")] or interrupted
     best = _best(trials, records, space, source, record, results_dir, tested=not unfinished)
     spent = unfinished and record.time_budget_s is not None and record.time_used_s >= record.time_budget_s
     status = "time budget spent" if spent else "interrupted" if unfinished else "finished"
@@ -138,11 +139,11 @@ def _write_front(results_dir: Path, trials: pd.DataFrame, space: spaces.Space) -
     return front
 
 
-def _one_report_run(record: RunRecord, records: list[dict]) -> None:
+def _one_report_run(record: RunRecord, records: list[TrialRecord]) -> None:
     """A run whose every trial's one result is what its trainer returned is single-fidelity, as
     tuning.api makes one whose trainer it can read so (tuning.contract.reporting): its full budget
     is that one report, so max_epochs is 1 and trainer_epochs what the trainer was passed."""
-    ran = [rec["rows"] for rec in records if rec["rows"]]
+    ran = [rec.rows for rec in records if rec.rows]
     if record.trainer_epochs is None and ran and all(r.get("returned") for rows in ran for r in rows):
         record.trainer_epochs, record.max_epochs = record.max_epochs, 1
 
@@ -152,15 +153,16 @@ def _record_start(space: spaces.Space, record: RunRecord, source, results_dir: P
     """run.json as the run starts: on a first segment, where its data, code and space came from."""
     if not resume:
         if source is not None:
-            record.data = {"kind": source.kind, "root": source.root}
+            record.data = DataOrigin(kind=source.kind, root=source.root)
         else:  # the trainer brings its own data
-            record.data = {"kind": "trainer" if contract.is_user_trainer(space.trainer) else f"benchmark:{space.trainer}"}
+            record.data = DataOrigin(kind="trainer" if contract.is_user_trainer(space.trainer)
+                                     else f"benchmark:{space.trainer}")
         record.fixed, record.versions = dict(space.fixed), provenance.versions()
         record.git_commit = provenance.git_commit()
         record.started = time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(started))
         record.metric, record.mode, record.params = space.metric, space.mode, spacejson.declarations(space)
     _close_killed_segment(record, results_dir)
-    record.segments.append({"started": round(started, 1), "wall_s": None, "ended": None})
+    record.segments.append(Segment(started=round(started, 1)))
     record.status, record.resumes = "running", record.resumes + 1
     record.write(results_dir)
 
@@ -172,24 +174,24 @@ _LIVE_FILES = (results.ROWS_FILE, "report.md", "run.json")
 def _close_killed_segment(record: RunRecord, results_dir: Path) -> None:
     """A segment still open in run.json was killed (SIGKILL, a crash, the machine lost) before it
     could close: count it up to the last of its files written, the nearest a dead process can tell."""
-    if not record.segments or record.segments[-1]["ended"] is not None:
+    if not record.segments or record.segments[-1].ended is not None:
         return
     seg = record.segments[-1]
     last = max((p.stat().st_mtime for p in map(results_dir.joinpath, _LIVE_FILES) if p.exists()),
-               default=seg["started"])
-    seg["wall_s"], seg["ended"] = round(max(0.0, last - seg["started"]), 1), "killed"
-    record.wall_time_s = round(record.wall_time_s + seg["wall_s"], 1)
+               default=seg.started)
+    seg.wall_s, seg.ended = round(max(0.0, last - seg.started), 1), "killed"
+    record.wall_time_s = round(record.wall_time_s + seg.wall_s, 1)
     log.info("the previous segment was killed before it closed; its %.0f s up to its last write are counted in "
-             "wall_time_s", seg["wall_s"])
+             "wall_time_s", seg.wall_s)
 
 
 def _run_spec(space: spaces.Space, record: RunRecord, source, results_dir: Path, resume: bool, add_samples: int, *,
-              progress_every_s: float, on_progress: Callable[[list[dict]], None]) -> backend.RunSpec:
+              progress_every_s: float, on_progress: Callable[[list[TrialRecord]], None]) -> backend.RunSpec:
     smoke = record.smoke
     return backend.RunSpec(
         space=space, strategy=record.strategy, num_samples=record.num_samples, max_epochs=record.max_epochs,
-        seed=record.seed, cpus_per_trial=record.resources_per_trial["cpu"],
-        gpus_per_trial=record.resources_per_trial["gpu"], source=source, results_dir=results_dir,
+        seed=record.seed, cpus_per_trial=record.resources_per_trial.cpu,
+        gpus_per_trial=record.resources_per_trial.gpu, source=source, results_dir=results_dir,
         workers_per_trial=record.workers_per_trial, trainer_epochs=record.trainer_epochs,
         max_train=smoke.get("max_train"), max_val=smoke.get("max_val"), max_failures=record.max_failures, resume=resume,
         storage_path=record.storage_path, tune_logs=record.tune_logs,
@@ -214,7 +216,7 @@ def _time_used(results_dir: Path, record: RunRecord, used: float) -> None:
     record.write(results_dir)
 
 
-def _best(trials, records: list[dict], space: spaces.Space, source, record: RunRecord, results_dir: Path, *,
+def _best(trials, records: list[TrialRecord], space: spaces.Space, source, record: RunRecord, results_dir: Path, *,
           tested: bool) -> Best | None:
     """The incumbent, measured on the test set when the run finished on CIFAR data; written to
     best_config.json."""
@@ -225,7 +227,7 @@ def _best(trials, records: list[dict], space: spaces.Space, source, record: RunR
         return None
     # The trial's own config, not the table's row: an inactive parameter is absent there (the
     # table has an empty cell), and an integer stays one in a column that has empty cells.
-    config = next((r["config"] for r in records if r["trial_id"] == row["trial_id"]), None)
+    config = next((r.config for r in records if r.trial_id == row["trial_id"]), None)
     config = {p: row[p] for p in space.params} if config is None else dict(config)
     if source is not None and tested:
         row.update(_test_best(row, records, space, source, record.smoke.get("max_test"),
@@ -235,7 +237,7 @@ def _best(trials, records: list[dict], space: spaces.Space, source, record: RunR
     checkpoint = _checkpoint(row, records)
     best = Best(trial_id=row["trial_id"], config=config, metrics=metrics,
                 epochs=int(row["epochs"]), note=note, checkpoint=checkpoint)
-    record.best, record.best_note = row, note
+    record.best, record.best_note = Incumbent(trial_id=best.trial_id, epochs=best.epochs, row=row), note
     kept = checkpoint if not isinstance(checkpoint, Path) else str(
         checkpoint.relative_to(results_dir) if checkpoint.is_relative_to(results_dir) else checkpoint)
     results.write_json(results_dir / "best_config.json", {
@@ -245,10 +247,10 @@ def _best(trials, records: list[dict], space: spaces.Space, source, record: RunR
     return best
 
 
-def _front_json(trials, records: list[dict], space: spaces.Space) -> dict:
+def _front_json(trials, records: list[TrialRecord], space: spaces.Space) -> dict:
     """best_config.json's account of several objectives: what they are, what "best" means, and
     every trial on the front with its configuration and metrics."""
-    configs = {r["trial_id"]: r["config"] for r in records}
+    configs = {r.trial_id: r.config for r in records}
     keys = objectives.required(space)
     return {
         "objectives": objectives.of(space),
@@ -260,11 +262,11 @@ def _front_json(trials, records: list[dict], space: spaces.Space) -> dict:
                    for _, row in objectives.front(trials).iterrows()]}
 
 
-def _checkpoint(best: dict, records: list[dict]) -> Path | str | None:
+def _checkpoint(best: dict, records: list[TrialRecord]) -> Path | str | None:
     """The best trial's last checkpoint folder, where it holds a trainer's state."""
     from tuning.trial import trialstate
 
-    ckpt = next((r["checkpoint"] for r in records if r["trial_id"] == best["trial_id"]), None)
+    ckpt = next((r.checkpoint for r in records if r.trial_id == best["trial_id"]), None)
     if not trialstate.holds_state(ckpt):
         return None
     return ckpt if "://" in ckpt else Path(ckpt)
@@ -276,7 +278,7 @@ def _record_end(record: RunRecord, trials, best: Best | None, status: str, start
     record.status = status
     wall = round(time.time() - started, 1)
     record.wall_time_s = round(record.wall_time_s + wall, 1)
-    record.segments[-1].update(wall_s=wall, ended=status)  # opened by _record_start
+    record.segments[-1].wall_s, record.segments[-1].ended = wall, status  # opened by _record_start
     record.trials = n
     record.cpu_hours = float(trials["cpu_hours"].sum()) if n else 0.0
     record.gpu_hours = float(trials["gpu_hours"].sum()) if n else 0.0
@@ -292,12 +294,12 @@ def _count(trials, column: str, value=True) -> int:
     return int((trials[column] == value).sum()) if column in trials else 0
 
 
-def _test_best(best: dict, records: list[dict], space: spaces.Space, source: data.DataSource,
+def _test_best(best: dict, records: list[TrialRecord], space: spaces.Space, source: data.DataSource,
                max_test: int | None, *, width: int) -> dict:
     """Test-set accuracy of the best trial's final model: measured once, for the best config only."""
     from tuning.trial import trainer, trialstate
 
-    ckpt = next((r["checkpoint"] for r in records if r["trial_id"] == best["trial_id"]), None)
+    ckpt = next((r.checkpoint for r in records if r.trial_id == best["trial_id"]), None)
     if ckpt is None:
         return {}
     state = trialstate.load_checkpoint(ckpt)  # from shared storage on a cluster: copied here first

@@ -22,8 +22,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuning import record as records
 from tuning import provenance, results, tracking_front
+from tuning import record as records
+from tuning.record import MlflowLink
+from tuning.results import TrialRecord
 from tuning.tracking_store import Target, Worker, batches, setting, short
 
 log = logging.getLogger(__name__)
@@ -65,10 +67,10 @@ class Tracker:
                         short(exc))
         self.worker.start()
 
-    def update(self, records: list[dict]) -> None:
-        self.statuses = {r["trial_id"]: r["status"] for r in records}
+    def update(self, records: list[TrialRecord]) -> None:
+        self.statuses = {r.trial_id: r.status for r in records}
 
-    def finish(self, records: list[dict], trials, best, status: str) -> list[str]:
+    def finish(self, records: list[TrialRecord], trials, best, status: str) -> list[str]:
         """The last sync (final statuses, the parent's results and artifacts), waited for at most
         FLUSH_S; the summary's lines."""
         self.worker.submit(lambda: self._final(records, trials, best, status))
@@ -83,11 +85,11 @@ class Tracker:
         self.known = None  # after a failure the server may hold more than was noted
 
     def _open_parent(self) -> None:
-        w, rec, mine = self.worker, self.record, self.record.mlflow or {}
+        w, rec, mine = self.worker, self.record, self.record.mlflow or MlflowLink()
         self.experiment_id = w.experiment(self.target)
-        same = ((mine.get("uri") == self.target.uri or (mine.get("default") and self.target.default))
-                and mine.get("experiment") == self.target.experiment)
-        parent = mine.get("parent_run_id") if same else None
+        same = ((mine.uri == self.target.uri or (mine.default and self.target.default))
+                and mine.experiment == self.target.experiment)
+        parent = mine.parent_run_id if same else None
         if parent is None and "'" not in str(self.dir):  # opened by a driver killed before run.json said so?
             found = w.client.search_runs([self.experiment_id], f"tags.`tuning.results_dir` = '{self.dir}' and "
                                          f"tags.`tuning.started` = '{rec.started}'", max_results=1)
@@ -99,12 +101,13 @@ class Tracker:
             w.log(parent, params=_search_params(rec))
         else:
             w.client.update_run(parent, status="RUNNING")
-        w.log(parent, tags={"git_commit": rec.git_commit or "unknown", "data": (rec.data or {}).get("kind", ""),
+        w.log(parent, tags={"git_commit": rec.git_commit or "unknown", "data": rec.data.kind if rec.data else "",
                             "tuning.status": "running", "resumes": rec.resumes, "extensions": len(rec.extensions),
                             "num_samples_now": rec.num_samples})
         self.parent = parent
-        rec.mlflow = {"uri": self.target.uri, "experiment": self.target.experiment, "default": self.target.default,
-                      "experiment_id": self.experiment_id, "parent_run_id": parent}
+        rec.mlflow = MlflowLink(uri=self.target.uri, experiment=self.target.experiment,
+                                        default=self.target.default, experiment_id=self.experiment_id,
+                                        parent_run_id=parent)
 
     def _ask_server(self) -> dict[str, _Child]:
         """Each trial's child run, found by its trial_id tag; its last epoch, the highest step of its
@@ -136,7 +139,7 @@ class Tracker:
                 pass  # a line cut short by a crash: the tables skip it too
         return self.rows
 
-    def _sync(self, records: list[dict] | None = None, table: dict | None = None) -> None:
+    def _sync(self, records: list[TrialRecord] | None = None, table: dict | None = None) -> None:
         """Every trial's child run brought up to date: from results.jsonl while the run goes, from
         the final records (and the trials table's verdicts) at the end of a segment."""
         if self.parent is None:
@@ -147,8 +150,8 @@ class Tracker:
             rows, statuses = self._read_rows(), dict(self.statuses)
             configs = {t: r[-1].get("config") or {} for t, r in rows.items()}
         else:
-            rows, statuses = {r["trial_id"]: r["rows"] for r in records}, {r["trial_id"]: r["status"] for r in records}
-            configs = {r["trial_id"]: r["config"] for r in records}
+            rows, statuses = {r.trial_id: r.rows for r in records}, {r.trial_id: r.status for r in records}
+            configs = {r.trial_id: r.config for r in records}
         for tid in sorted(set(rows) | {t for t, s in statuses.items() if s != "PENDING"}):
             if tid in configs:
                 self._sync_trial(tid, rows.get(tid, []), configs[tid], statuses.get(tid), (table or {}).get(tid),
@@ -232,10 +235,10 @@ def _search_params(rec) -> dict:
     """The parent's params: what the search was asked to do. MLflow never changes a param, so what a
     resume or an extension changes (samples) goes into tags."""
     decl = {f"space.{k}": ", ".join(f"{f}={v}" for f, v in d.items()) for k, d in records.declarations(rec).items()}
-    res = rec.resources_per_trial or {}
+    res = rec.resources_per_trial
     return {"space": rec.space or "(in Python)", "trainer": rec.trainer, "strategy": rec.strategy, "seed": rec.seed,
             "num_samples": rec.num_samples, "max_epochs": rec.max_epochs, "metric": rec.metric, "mode": rec.mode,
-            "cpus_per_trial": res.get("cpu"), "gpus_per_trial": res.get("gpu"),
+            "cpus_per_trial": res.cpu, "gpus_per_trial": res.gpu,
             "workers_per_trial": rec.workers_per_trial, "time_budget_s": rec.time_budget_s,
             "smoke": bool(rec.smoke), **decl}
 

@@ -93,10 +93,10 @@ class RunSpec:
     # None: results_dir/tune, on this machine.
     storage_path: str | None = None
     progress: bool = True  # print the CLIReporter table
-    # At most this often: the CLIReporter table, and on_progress(records) with every trial's plain
+    # At most this often: the CLIReporter table, and on_progress(records) with every trial's
     # record (as run() returns them) while the run goes: tuning.run's live report.
     progress_every_s: float = 30
-    on_progress: Callable[[list[dict]], None] | None = None
+    on_progress: Callable[[list[results.TrialRecord]], None] | None = None
     # Snapshot the experiment after every step that changed a trial (backend/snapshots.py), so a
     # crash loses at most the epoch in flight (tuning.run). Comparisons, rerun rather than
     # resumed, keep Tune's adaptive period.
@@ -128,8 +128,8 @@ class RunSpec:
         return self.results_dir / ROWS_FILE
 
 
-def run(spec: RunSpec) -> tuple[list[dict], bool]:
-    """Run the experiment through ``tune.run``: one plain record per trial, and whether Ctrl-C
+def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
+    """Run the experiment through ``tune.run``: one record per trial, and whether Ctrl-C
     cut it short (its state is saved; ``resume=True`` continues it)."""
     from ray import tune
     from ray.tune import CheckpointConfig

@@ -224,7 +224,7 @@ def tune_loggers() -> list:
 
 
 class Progress(Callback):
-    """Hands every trial's plain record to on_progress at the first step, then at most every
+    """Hands every trial's record to on_progress at the first step, then at most every
     every_s seconds (counted from the end of the last call).
 
     The records are read on the driver, between Tune's steps (Tune's trials are not thread-safe);
@@ -234,7 +234,7 @@ class Progress(Callback):
     first failure is logged, later ones are not (they would repeat it every every_s). wait() joins
     the call in flight."""
 
-    def __init__(self, rows_file: Path, every_s: float, on_progress: Callable[[list[dict]], None]):
+    def __init__(self, rows_file: Path, every_s: float, on_progress: Callable[[list[results.TrialRecord]], None]):
         self.rows_file, self.every_s, self.on_progress = rows_file, every_s, on_progress
         self.next, self.warned, self.worker = 0.0, False, None  # the first at the first step
 
@@ -246,7 +246,7 @@ class Progress(Callback):
         self.worker = threading.Thread(target=self._call, args=(records,), name="on_progress", daemon=True)
         self.worker.start()
 
-    def _call(self, records: list[dict]) -> None:
+    def _call(self, records: list[results.TrialRecord]) -> None:
         began = time.monotonic()
         try:
             self.on_progress(records)
@@ -368,7 +368,7 @@ def _uri(fs, path: str) -> str:
 ERRORS = "errors"  # in the results dir: each failed trial's traceback, <trial_id>.txt
 
 
-def trial_record(trial, rows: list[dict], results_dir: Path | None = None) -> dict:
+def trial_record(trial, rows: list[dict], results_dir: Path | None = None) -> results.TrialRecord:
     """What the tables need to know of a trial: its rows, status, error and checkpoint. With
     `results_dir`, a failed trial's traceback is copied to results_dir/errors/<trial_id>.txt and
     error_file is that path, relative to the results dir: Tune writes it in Ray's session folder
@@ -380,14 +380,14 @@ def trial_record(trial, rows: list[dict], results_dir: Path | None = None) -> di
         lines = [ln for ln in Path(results_dir or "", error_file).read_text().splitlines() if ln.strip()]
         error = lines[-1] if lines else "unknown error"
     checkpoint = trial.checkpoint
-    return {
-        "trial_id": trial.trial_id,
-        "status": trial.status,
-        "config": {k: param_types.plain(v) for k, v in trial.config.items()},
-        "rows": rows,
-        "error": error,
-        "error_file": error_file,
-        "failures": int(trial.run_metadata.num_failures),
-        "checkpoint": _uri(checkpoint.filesystem, checkpoint.path) if checkpoint is not None else None,
-        "path": trial.path if trial.storage.trial_dir_name else None,  # None: not scheduled yet
-    }
+    return results.TrialRecord(
+        trial_id=trial.trial_id,
+        status=trial.status,
+        config={k: param_types.plain(v) for k, v in trial.config.items()},
+        rows=rows,
+        error=error,
+        error_file=error_file,
+        failures=int(trial.run_metadata.num_failures),
+        checkpoint=_uri(checkpoint.filesystem, checkpoint.path) if checkpoint is not None else None,
+        path=trial.path if trial.storage.trial_dir_name else None,  # None: not scheduled yet
+    )

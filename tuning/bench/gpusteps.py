@@ -295,8 +295,8 @@ def _asha_figures(run_dir: Path, wall: float, emit) -> None:
     epochs = pd.read_csv(run_dir / "epochs.csv")
     if "bf16" in epochs:
         emit("epochs_in_bf16", float(epochs["bf16"].astype(bool).mean()), "fraction", "epochs trained under autocast")
-    if (plan.best or {}).get("accuracy") is not None:
-        emit("best_val_accuracy", float(plan.best["accuracy"]), "", f"best trial after {plan.best['epochs']} "
+    if plan.best is not None and plan.best.row.get("accuracy") is not None:
+        emit("best_val_accuracy", float(plan.best.row["accuracy"]), "", f"best trial after {plan.best.epochs} "
              "epochs")
 
 

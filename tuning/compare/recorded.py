@@ -129,10 +129,10 @@ def read(folder: str, what: str = "") -> Recorded:
     if rec.status != "finished":
         log.warning("%s: the run in %s is %r: replaying the epochs it recorded, up to %d", what, folder, rec.status,
                     int(epochs["training_iteration"].max()))
-    resources = rec.resources_per_trial or {}
+    resources = rec.resources_per_trial
     return Recorded(folder=str(folder), params=params, metric=rec.metric, mode=rec.mode, metrics=tuple(names),
                     trial_ids=tuple(ids), configs=tuple(configs), curves=tuple(curves),
-                    cpus=float(resources.get("cpu", 1)), gpus=float(resources.get("gpu", 0)),
+                    cpus=float(resources.cpu), gpus=float(resources.gpu),
                     parallelism=_parallelism(epochs), declaration={"strategy": rec.strategy, **(rec.declaration or {})})
 
 

@@ -27,6 +27,7 @@ from tuning.report import fanova, front, runplots
 from tuning.report import hypervolume as hv
 from tuning.report.analysis import ReportError
 from tuning.record import RunRecord
+from tuning.results import TrialRecord
 from tuning.report.render import flatten, joined, number, render_html, render_markdown
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,7 @@ def _absent_note(trials: pd.DataFrame, decls: dict, metric: str, figure: str) ->
 
 
 def _label(plan: RunRecord, metric: str) -> str:
-    kind = (plan.data or {}).get("kind", "")
+    kind = plan.data.kind if plan.data else ""
     if kind in ("cifar10", "synthetic"):
         return f"validation {metric}"
     return f"{metric} (benchmark objective)" if kind.startswith("benchmark") else metric
@@ -165,8 +166,8 @@ def _provenance(rec: RunRecord) -> pd.DataFrame:
     plan = rec.to_json()
     command = ("python -m tuning.run " + shlex.join(map(provenance.portable, rec.argv)) if rec.argv is not None
                else "tuning.search() in Python")
-    if (rec.data or {}).get("root"):
-        plan["data"] = {**rec.data, "root": provenance.portable(rec.data["root"])}
+    if rec.data and rec.data.root:
+        plan["data"] = {**plan["data"], "root": provenance.portable(rec.data.root)}
     for k in ("space", "storage_path"):  # a space's .py file; a shared folder (or s3://, kept)
         plan[k] = plan[k] and provenance.portable(plan[k])
     keep = {"command": command, "trainer": rec.trainer,
@@ -187,8 +188,7 @@ def _version(dist: str) -> str | None:
 
 def _header(plan: RunRecord, trials: pd.DataFrame, live: bool, line: str | None = None) -> list[tuple]:
     b = [("h1", f"Tuning run: {plan.space or spaces.trainer_name(plan.trainer)} ({plan.strategy})")]
-    data = plan.data or {}
-    if data.get("kind") == "synthetic":
+    if plan.data and plan.data.kind == "synthetic":
         b.append(("banner", "SYNTHETIC DATA: generated CIFAR-10-shaped images, not CIFAR-10. "
                             "These accuracies say nothing about CIFAR-10."))
     now = time.strftime("%Y-%m-%d %H:%M:%S")
@@ -212,7 +212,7 @@ def _blocks(trials, epochs, plan, decls, figures, imps: dict, live: bool, line: 
             g: hv.Goals | None = None, mo: front.Measured | None = None) -> list[tuple]:
     params, metric, mode = list(decls), plan.metric, plan.mode
     label = _label(plan, metric)
-    best, note = (plan.best, plan.best_note) if plan.status == "finished" else (None, "")
+    best, note = (plan.best.row, plan.best_note) if plan.status == "finished" and plan.best else (None, "")
     if best is None and len(trials):
         best, note = (objectives.incumbent(trials, g, plan.max_epochs) if g else
                       results.incumbent(trials, metric, mode, plan.max_epochs))
@@ -220,7 +220,7 @@ def _blocks(trials, epochs, plan, decls, figures, imps: dict, live: bool, line: 
         note = (f"with several objectives there is no single best: this is the member of the Pareto front best on "
                 f"{metric}, the first objective, the others breaking a tie (docs/multi-objective.md)")
     b = _header(plan, trials, live, line)
-    cifar = (plan.data or {}).get("kind") in ("cifar10", "synthetic")
+    cifar = plan.data is not None and plan.data.kind in ("cifar10", "synthetic")
     b += [("h2", "Best configuration"), *_best_block(best, decls, results.metric_columns(trials, params), note, cifar)]
     b += front.sections(trials, mo, decls, figures) if mo else []
     b += [("h2", "Learning curves")]
@@ -335,12 +335,12 @@ def _live_head(run_dir: Path, written: float) -> str:
     return f'<noscript><meta http-equiv="refresh" content="{RELOAD_S}"></noscript><script>{script}</script>'
 
 
-def write_from_records(run_dir: Path, records: list[dict], plan: RunRecord, *, live: bool = True) -> dict:
-    """The report from tuning.backend's plain per-trial records: what the live report is built from."""
+def write_from_records(run_dir: Path, records: list[TrialRecord], plan: RunRecord, *, live: bool = True) -> dict:
+    """The report from tuning.backend's per-trial records: what the live report is built from."""
     return write_report(run_dir, *_tables_from_records(records, plan), plan, live=live)
 
 
-def _tables_from_records(records: list[dict], plan: RunRecord) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _tables_from_records(records: list[TrialRecord], plan: RunRecord) -> tuple[pd.DataFrame, pd.DataFrame]:
     decls, metric, mode = searched(plan)
     params = list(decls)
     trials = results.trials_table(records, params, strategy=plan.strategy, max_epochs=plan.max_epochs,
@@ -362,9 +362,9 @@ def _killed(plan: RunRecord) -> RunRecord:
                                f"or cut off by the stop, and python -m tuning.run --resume continues it"))
 
 
-def _records_from_rows(rows: dict[str, list[dict]], plan: RunRecord) -> list[dict]:
+def _records_from_rows(rows: dict[str, list[dict]], plan: RunRecord) -> list[TrialRecord]:
     """Records from results.jsonl alone. Which trials the scheduler stopped is Tune's to know, not
     the rows': a trial short of its full budget is runplots.STOPPED, and _killed's status says so."""
-    return [{"trial_id": tid, "config": r[-1].get("config") or {}, "rows": r,
-             "status": "TERMINATED" if max(int(x.get("training_iteration") or 0) for x in r)
-             >= plan.max_epochs else runplots.STOPPED} for tid, r in rows.items()]
+    return [TrialRecord(trial_id=tid, config=r[-1].get("config") or {}, rows=r,
+                        status="TERMINATED" if max(int(x.get("training_iteration") or 0) for x in r)
+                        >= plan.max_epochs else runplots.STOPPED) for tid, r in rows.items()]
