@@ -36,6 +36,19 @@ def test_a_real_benchmark_experiment_runs_in_smoke_size_with_its_summary(tmp_pat
         assert "ranks like epoch" in (out / task / "report.md").read_text()
 
 
+def test_the_development_experiment_runs_every_listed_task_and_links_the_ones_run_at_10_seeds():
+    from tuning.compare.benchmarks import BENCHMARKS
+    from tuning.compare.realbench import LCBENCH_TASKS
+
+    _, dev = compare.load_experiment("experiments/lcbench_dev")
+    _, six = compare.load_experiment("experiments/lcbench")
+    assert dev.tasks == tuple(f"lcbench_{t}" for t in LCBENCH_TASKS) and len(dev.tasks) == 29
+    assert set(dev.tasks) <= set(BENCHMARKS) and (dev.strategies, dev.budget) == (six.strategies, six.budget)
+    for task in six.tasks:  # its summary reads them where experiments/lcbench wrote them
+        linked = ROOT / "docs" / "compare" / "lcbench_dev" / task
+        assert linked.is_symlink() and linked.resolve() == (ROOT / "docs" / "compare" / "lcbench" / task).resolve()
+
+
 def test_the_summary_normalizes_per_task_ranks_and_holds_rows_against_the_peer():
     runs = pd.DataFrame([
         # task a: regrets 0..10; task b: 0..1000 (its scale must not dominate)
