@@ -1,4 +1,4 @@
-"""The adaptive strategy's parts (tuning/backend/adaptive.py) and tpe's pruned trials
+"""The adaptive strategy's parts (tuning/backend/adaptive.py), tpe's pruned trials and its brackets
 (tuning/backend/tpe.py), driven directly, without a Tune loop: which bracket opens, which budget's
 densities propose, and what Optuna is told. End to end they run in test_strategies.py."""
 
@@ -7,7 +7,7 @@ import pytest
 
 import tuning
 from tuning import spaces
-from tuning.backend import adaptive, tpe
+from tuning.backend import adaptive, rayinternals, strategies, tpe
 
 SPACE = tuning.Space(params={f"x{i}": tuning.Uniform(0.0, 1.0) for i in range(3)}, trainer="mf_hartmann",
                      max_epochs=27, reduction_factor=3, cpus_per_trial=1, gpus_per_trial=0)
@@ -111,3 +111,54 @@ def test_tpe_tells_optuna_a_trial_stopped_below_max_t_was_pruned():
     assert early.state == optuna.trial.TrialState.PRUNED and early.intermediate_values == {1: 0.5, 3: 0.01}
     assert full.state == optuna.trial.TrialState.COMPLETE and full.value == 0.2
     assert search._ot_study.best_trial.number == full.number
+
+
+def test_tpe_draws_its_trials_brackets_away_from_a_misleading_first_rung():
+    """tpe's asynchronous brackets (strategies.TpeBrackets): Tune's draw where nothing is measured or
+    every rung agrees; where epoch 1 ranks against the top, the bracket starting there gets about
+    FLOOR of its share and the others the rest, in Tune's proportions."""
+    from ray.tune.experiment import Trial
+
+    def draws(flip_at_1, n=2000):
+        np.random.seed(0)
+        sched = strategies.TpeBrackets(metric="loss", mode="min", max_t=27, grace_period=1, reduction_factor=3,
+                                     brackets=4)
+        if flip_at_1 is not None:
+            _curves(sched.agreement, 12, flip_at_1=flip_at_1)
+        brackets = rayinternals.asha_brackets(sched)
+        for k in range(n):
+            sched.on_trial_add(None, Trial("tpe", stub=True, trial_id=f"n{k}"))
+        firsts = [min(m for m, _ in rayinternals.rungs(b)) for b in brackets]
+        chosen = rayinternals.asha_brackets(sched, of_trials=True)
+        return np.array([sum(chosen[f"n{k}"] is b for k in range(n)) for b in brackets]) / n, firsts
+
+    unmeasured, firsts = draws(None)
+    agreeing, _ = draws(False)
+    misleading, _ = draws(True)
+    assert firsts == [1, 3, 9, 27]
+    tune_p = np.exp([0, -1, -2, -3]) / np.exp([0, -1, -2, -3]).sum()
+    assert np.array_equal(unmeasured, agreeing)  # the same random numbers: Tune's draw exactly
+    assert unmeasured == pytest.approx(tune_p, abs=0.03)
+    want = tune_p * [adaptive.FLOOR, 1, 1, 1]
+    assert misleading == pytest.approx(want / want.sum(), abs=0.03)
+
+
+def test_tpe_brackets_measure_agreement_from_the_results_they_see_and_from_a_resume():
+    from ray.tune.experiment import Trial
+
+    sched = strategies.TpeBrackets(metric="loss", mode="min", max_t=27, grace_period=1, reduction_factor=3,
+                                 brackets=4)
+    rows = {}
+    for i in range(8):
+        trial = Trial("tpe", stub=True, trial_id=f"t{i}")
+        sched.on_trial_add(None, trial)
+        for epoch in (1, 2, 3):  # epoch 1 reversed against epoch 3; epoch 2 is no rung
+            row = {"training_iteration": epoch, "loss": float(-i if epoch == 1 else i)}
+            sched.on_trial_result(None, trial, row)
+            rows.setdefault(f"t{i}", []).append(row)
+    assert set(sched.agreement.curves["t0"]) == {1, 3}
+    assert sched.agreement.rho()[1] == pytest.approx(-1.0) and sched.agreement.weight(1) == adaptive.FLOOR
+    resumed = strategies.TpeBrackets(metric="loss", mode="min", max_t=27, grace_period=1, reduction_factor=3,
+                                   brackets=4)
+    resumed.rebuild(rows)
+    assert resumed.agreement.rho() == sched.agreement.rho()

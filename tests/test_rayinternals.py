@@ -263,6 +263,11 @@ def test_asha_rungs_and_the_schedulers_objective():
     assert all(isinstance(b, rayinternals.AsyncBracket) for b in rayinternals.asha_brackets(asha))
     rayinternals.rungs(rayinternals.asha_brackets(asha)[0])[1][1]["t1"] = -0.5  # a rung rebuilt on a resume
     assert asha._brackets[0]._rungs[1][1] == {"t1": -0.5}
+    from ray.tune.experiment import Trial
+
+    trial = Trial("tpe", stub=True, trial_id="t2")
+    asha.on_trial_add(None, trial)
+    assert rayinternals.asha_brackets(asha, of_trials=True) == {"t2": rayinternals.asha_brackets(asha)[0]}
 
 
 def test_the_median_rules_results_and_its_too_few_others_hook():

@@ -79,6 +79,45 @@ def agreement(curves: Mapping[str, Mapping[int, float]], rungs: Iterable[int] | 
     return out
 
 
+FLOOR = 0.05  # a misleading rung's brackets keep a small share: the measurement itself may be wrong
+TRUST = 0.5  # a rung whose ρ with the top is below this does not propose (adaptive's model)
+
+
+class RungAgreement:
+    """A running search's rung results and each rung's ρ with the top, recomputed only when a
+    result arrived since (linear in the trials). What `adaptive` (tuning/backend/adaptive.py) and
+    `tpe`'s brackets (tuning/backend/tpe.py) weigh their brackets and models by."""
+
+    def __init__(self):
+        self.curves: dict[str, dict[int, float]] = {}
+        self._cached: dict[int, float] | None = None
+
+    def observe(self, trial_id: str, budget: float, value: float) -> None:
+        self.curves.setdefault(trial_id, {})[int(budget)] = float(value)
+        self._cached = None
+
+    def rho(self) -> dict[int, float]:
+        """rung -> ρ with the top, for the rungs measured; the top itself maps to 1."""
+        if self._cached is None:
+            found = agreement(self.curves, min_trials=MIN_TRIALS)
+            self._cached = {a.rung: a.rho for a in found if math.isfinite(a.rho)}
+            if found:
+                self._cached[found[0].top] = 1.0
+        return self._cached
+
+    def trusted(self, budget: float) -> bool:
+        rho = self.rho()
+        top = max(rho) if rho else None
+        if top is None or budget >= top or int(budget) not in rho:
+            return True  # nothing measured against it yet: trusted, as BOHB trusts every rung
+        return rho[int(budget)] >= TRUST
+
+    def weight(self, budget: float) -> float:
+        """A bracket starting at `budget`: its ρ with the top clipped to [FLOOR, 1], 1 if unmeasured."""
+        rho = self.rho().get(int(budget))
+        return 1.0 if rho is None else float(np.clip(rho, FLOOR, 1.0))
+
+
 def sentence(a: Agreement) -> str:
     """An agreement in words: "epoch 1 ranks like epoch 27: ρ = 0.06 (12 trials)"."""
     if math.isnan(a.rho):

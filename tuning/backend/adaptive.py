@@ -43,42 +43,9 @@ from tuning.backend.hyperband import PaperHyperBand
 
 log = logging.getLogger(__name__)
 
-MIN_TRIALS = fidelity.MIN_TRIALS  # pairs before a rung's ρ counts
-FLOOR = 0.05  # a misleading bracket keeps a small chance: the measurement itself may be wrong
-TRUST = 0.5  # a rung whose ρ with the top is below this does not propose
-
-
-class Agreement:
-    """Every rung result a run has seen, and each rung's ρ with the top, recomputed only when a
-    result arrived since (linear in the trials: tuning.fidelity)."""
-
-    def __init__(self):
-        self.curves: dict[str, dict[int, float]] = {}
-        self._cached: dict[int, float] | None = None
-
-    def observe(self, trial_id: str, budget: float, value: float) -> None:
-        self.curves.setdefault(trial_id, {})[int(budget)] = float(value)
-        self._cached = None
-
-    def rho(self) -> dict[int, float]:
-        """rung -> ρ with the top, for the rungs measured; the top itself maps to 1."""
-        if self._cached is None:
-            found = fidelity.agreement(self.curves, min_trials=MIN_TRIALS)
-            self._cached = {a.rung: a.rho for a in found if math.isfinite(a.rho)}
-            if found:
-                self._cached[found[0].top] = 1.0
-        return self._cached
-
-    def trusted(self, budget: float) -> bool:
-        rho = self.rho()
-        top = max(rho) if rho else None
-        if top is None or budget >= top or int(budget) not in rho:
-            return True  # nothing measured against it yet: trusted, as BOHB trusts every rung
-        return rho[int(budget)] >= TRUST
-
-    def weight(self, budget: float) -> float:
-        rho = self.rho().get(int(budget))
-        return 1.0 if rho is None else float(np.clip(rho, FLOOR, 1.0))
+MIN_TRIALS, FLOOR, TRUST = fidelity.MIN_TRIALS, fidelity.FLOOR, fidelity.TRUST
+# Under its old name too: a run saved before the class moved to tuning.fidelity pickled it as this.
+Agreement = fidelity.RungAgreement
 
 
 class AgreeingBOHB(VectorisedBOHB):

@@ -299,15 +299,15 @@ def add_suggestions(search, n: int) -> None:
 
 
 def objective(scheduler) -> tuple[str, str, float]:
-    """(time attribute, metric, sign) of an ASHA, median or Hyperband scheduler: sign * value grows
-    with better values."""
+    """(time attribute, metric, sign) of an ASHA, median or Hyperband scheduler: better, more sign * value."""
     sign = getattr(scheduler, "_metric_op", None)  # the median rule keeps only its mode
     sign = sign if sign is not None else 1.0 if scheduler._mode == "max" else -1.0
     return scheduler._time_attr, scheduler._metric, sign
 
 
-def asha_brackets(scheduler) -> list:  # an AsyncHyperBandScheduler's
-    return scheduler._brackets
+def asha_brackets(scheduler, of_trials: bool = False):
+    """An AsyncHyperBandScheduler's brackets, or (of_trials) its trial id -> bracket, writable."""
+    return scheduler._trial_info if of_trials else scheduler._brackets
 
 
 def rungs(bracket) -> list[tuple[float, dict]]:

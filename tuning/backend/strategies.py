@@ -27,6 +27,7 @@ from ray.tune.search import BasicVariantGenerator, SearchGenerator, Searcher
 from tuning import conditions, objectives, results, spaces
 from tuning.backend.budget import TimeGate
 from tuning.backend import mo, rayinternals
+from tuning.backend.agreeing import AgreeingBrackets
 from tuning.backend.hyperband import PaperHyperBand, PauseEveryResult
 
 
@@ -99,6 +100,11 @@ class Asha(TimeGate, InOrder, ASHAScheduler):
         _, metric, sign = rayinternals.objective(self)
         value = row.get(metric)
         return sign * value if isinstance(value, (int, float)) and np.isfinite(value) else None
+
+
+class TpeBrackets(AgreeingBrackets, Asha):
+    """tpe's asynchronous brackets, drawn away from a first rung that ranks unlike the top
+    (tuning/backend/agreeing.py)."""
 
 
 class MoAsha(mo.FrontAsha, Asha):
@@ -343,7 +349,7 @@ def build(spec, budget=None):
 
         first = min(space.grace_period, spec.max_epochs)
         np.random.seed(seed + spec.extension)  # Tune draws each trial's bracket from numpy's global generator
-        scheduler = Asha(metric=space.metric, mode=space.mode, max_t=spec.max_epochs, grace_period=first,
+        scheduler = TpeBrackets(metric=space.metric, mode=space.mode, max_t=spec.max_epochs, grace_period=first,
                          reduction_factor=space.reduction_factor,
                          brackets=len(progress.async_brackets(first, spec.max_epochs, space.reduction_factor)))
         search = SearcherSearch(tpe.searcher(space, seed, spec.max_epochs, spec.warm_points), more=more)
