@@ -56,7 +56,9 @@ def async_brackets(first: float, max_t: int, rf: int) -> list[tuple[float, list[
     (tuning/backend/tpe.py): as many brackets as Optuna's HyperbandPruner makes, floor(log_rf(max_t
     / first)) + 1, bracket s judging trials from first * rf^s on (the last one: none, every trial to
     max_t). Tune draws each trial's bracket with probability e^(its rungs - the most rungs),
-    normalised (AsyncHyperBandScheduler.on_trial_add, Ray 2.60)."""
+    normalised (AsyncHyperBandScheduler.on_trial_add, Ray 2.60). tpe moves trials away from a
+    first rung that ranks unlike the top (tuning/backend/agreeing.py): the plan is Tune's draw,
+    and where epoch 1 misleads a trial trains more epochs than planned."""
     n = int(math.floor(math.log(max_t / first, rf) + 1e-9)) + 1 if max_t > first else 1
     points = [rungs(first * rf ** s, max_t, rf) for s in range(n)]
     weights = [math.exp(len(p) - max(map(len, points))) for p in points]
