@@ -1,6 +1,7 @@
 """A space that names no strategy (spaces.AUTO) runs the one the comparisons favour for its trainer
 (tuning.inputs.auto_strategy, docs/strategies.md): adaptive where the trainer reports every epoch,
-tpe where each trial is one report, asha where the space walks a grid over some parameters."""
+tpe where each trial is one report, asha where the space walks a grid over some parameters, bohb
+for several objectives."""
 
 import json
 
@@ -23,6 +24,10 @@ def test_a_space_without_a_strategy_gets_one_for_its_trainer():
     assert inputs.auto_strategy(per_epoch, 1) == ("tpe", "one epoch: each trial is one report")
     assert inputs.auto_strategy(Space(params=PARAMS, trainer=returns_once), 9)[0] == "tpe"
     assert inputs.auto_strategy(per_epoch.replace(grid=["bs"]), 9)[0] == "asha"
+    two = per_epoch.replace(objectives={"loss": "min", "latency_ms": "min"})
+    assert inputs.auto_strategy(two, 9)[0] == "bohb"  # several objectives (docs/comparisons.md)
+    assert inputs.auto_strategy(two, 1)[0] == "tpe"  # one report: MOTPE
+    assert inputs.auto_strategy(per_epoch.replace(objectives={"loss": "min"}), 9)[0] == "adaptive"
     assert spaces.load("cifar_asha").strategy == "asha"  # a space that names one keeps it
 
 
