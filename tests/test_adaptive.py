@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import tuning
-from tuning import spaces
+from tuning import progress, spaces
 from tuning.backend import adaptive, rayinternals, strategies, tpe
 
 SPACE = tuning.Space(params={f"x{i}": tuning.Uniform(0.0, 1.0) for i in range(3)}, trainer="mf_hartmann",
@@ -136,7 +136,8 @@ def test_tpe_draws_its_trials_brackets_away_from_a_misleading_first_rung():
     agreeing, _ = draws(False)
     misleading, _ = draws(True)
     assert firsts == [1, 3, 9, 27]
-    tune_p = np.exp([0, -1, -2, -3]) / np.exp([0, -1, -2, -3]).sum()
+    tune_p = np.array(progress.tune_bracket_shares([4, 3, 2, 1]))  # the rungs of each bracket
+    assert tune_p == pytest.approx(np.exp([0, -1, -2, -3]) / np.exp([0, -1, -2, -3]).sum())
     assert np.array_equal(unmeasured, agreeing)  # the same random numbers: Tune's draw exactly
     assert unmeasured == pytest.approx(tune_p, abs=0.03)
     want = tune_p * [adaptive.FLOOR, 1, 1, 1]

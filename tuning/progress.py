@@ -61,8 +61,15 @@ def async_brackets(first: float, max_t: int, rf: int) -> list[tuple[float, list[
     and where epoch 1 misleads a trial trains more epochs than planned."""
     n = int(math.floor(math.log(max_t / first, rf) + 1e-9)) + 1 if max_t > first else 1
     points = [rungs(first * rf ** s, max_t, rf) for s in range(n)]
-    weights = [math.exp(len(p) - max(map(len, points))) for p in points]
-    return [(w / sum(weights), p) for w, p in zip(weights, points)]
+    return list(zip(tune_bracket_shares([len(p) for p in points]), points))
+
+
+def tune_bracket_shares(rung_counts: list[int]) -> list[float]:
+    """Tune's probability of drawing each asynchronous bracket, from how many rungs each has:
+    e^(its rungs - the most rungs), normalised (AsyncHyperBandScheduler.on_trial_add, Ray 2.60).
+    The plan above and tpe's agreeing draw (tuning/backend/agreeing.py) both start from it."""
+    weights = [math.exp(n - max(rung_counts)) for n in rung_counts]
+    return [w / sum(weights) for w in weights]
 
 
 def hyperband_brackets(max_t: int, eta: int) -> list[tuple[int, int]]:

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from tuning import fidelity
+from tuning import fidelity, progress
 from tuning.backend import rayinternals
 
 
@@ -31,8 +31,7 @@ class AgreeingBrackets:
         brackets, chosen = rayinternals.asha_brackets(self), rayinternals.asha_brackets(self, of_trials=True)
         first = [min(m for m, _ in rayinternals.rungs(b)) for b in brackets]
         weights = [self.agreement.weight(f) for f in first]
-        sizes = np.array([len(rayinternals.rungs(b)) for b in brackets])
-        tune_p = np.exp(sizes - sizes.max()) / np.exp(sizes - sizes.max()).sum()
+        tune_p = progress.tune_bracket_shares([len(rayinternals.rungs(b)) for b in brackets])
         i, best = brackets.index(chosen[trial.trial_id]), max(weights)
         # Rejection: keep Tune's draw with probability weight / the largest weight, else draw
         # again: brackets in proportion to Tune's probability times their weight.
@@ -50,9 +49,16 @@ class AgreeingBrackets:
                 self._observe(trial_id, row)
         return super().rebuild(rows)
 
+    def _milestones(self) -> frozenset:
+        # The brackets are fixed once Tune made them; a scheduler pickled before this cache
+        # existed (a resume) builds it on first use.
+        if getattr(self, "_milestone_set", None) is None:
+            brackets = rayinternals.asha_brackets(self)
+            self._milestone_set = frozenset(m for b in brackets for m, _ in rayinternals.rungs(b))
+        return self._milestone_set
+
     def _observe(self, trial_id: str, result: dict) -> None:
         time_attr, metric, _ = rayinternals.objective(self)
         step, value = result.get(time_attr), result.get(metric)
-        milestones = {m for b in rayinternals.asha_brackets(self) for m, _ in rayinternals.rungs(b)}
-        if step in milestones and isinstance(value, (int, float)) and math.isfinite(value):
+        if step in self._milestones() and isinstance(value, (int, float)) and math.isfinite(value):
             self.agreement.observe(trial_id, step, value)
