@@ -64,3 +64,25 @@ def test_a_tpe_run_stops_trials_at_rungs_and_trains_about_its_plan(ray_here, tmp
     assert len(trials) == 24 and trials["epochs"].max() == 9 and trials["epochs"].min() < 9
     planned = progress.planned_epochs("tpe", trials=24, max_epochs=9, reduction_factor=3)
     assert 0.5 * planned <= trials["epochs"].sum() <= 24 * 9
+
+
+def test_a_share_of_tpe_proposals_is_drawn_at_random_whatever_the_model_believes():
+    """tpe.Interleaved: about RANDOM_FRACTION of the trials are drawn at random (seeded by trial
+    number, so a resumed or repeated run draws the same ones); the rest follow the model, which on
+    a bowl closes in on its bottom while the random ones keep covering the whole range."""
+    import optuna
+    from tuning.backend import tpe
+
+    sampler = tpe.Interleaved(seed=0)
+    turns = [sampler._random_turn(SimpleNamespace(number=n)) for n in range(2000)]
+    assert turns == [tpe.Interleaved(seed=0)._random_turn(SimpleNamespace(number=n)) for n in range(2000)]
+    assert sum(turns) / 2000 == pytest.approx(tpe.RANDOM_FRACTION, abs=0.03)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(sampler=tpe.Interleaved(seed=0))
+    study.optimize(lambda t: (t.suggest_float("x", 0, 1) - 0.5) ** 2, n_trials=150)
+    late = study.trials[50:]  # past the startup trials, the model has closed in
+    far = {turn: [abs(t.params["x"] - 0.5) > 0.25 for t in late if turns[t.number] == turn] for turn in (True, False)}
+    assert len(far[True]) >= 10
+    assert sum(far[True]) / len(far[True]) > 0.25  # random: half of them, about
+    assert sum(far[False]) / len(far[False]) < 0.1
