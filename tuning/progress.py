@@ -68,8 +68,10 @@ def tune_bracket_shares(rung_counts: list[int]) -> list[float]:
     """Tune's probability of drawing each asynchronous bracket, from how many rungs each has:
     e^(its rungs - the most rungs), normalised (AsyncHyperBandScheduler.on_trial_add, Ray 2.60).
     The plan above and tpe's agreeing draw (tuning/backend/agreeing.py) both start from it."""
-    weights = [math.exp(n - max(rung_counts)) for n in rung_counts]
-    return [w / sum(weights) for w in weights]
+    most = max(rung_counts)
+    weights = [math.exp(n - most) for n in rung_counts]
+    total = sum(weights)
+    return [w / total for w in weights]
 
 
 def hyperband_brackets(max_t: int, eta: int) -> list[tuple[int, int]]:
