@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parent
 
 SCRIPT = """
@@ -38,8 +40,14 @@ print(json.dumps({"prestarted": sorted(prestarted),
 """
 
 
-def test_trial_actors_run_in_the_workers_ray_prestarted_with_tunes_environment():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+@pytest.mark.parametrize("shell", [{}, {"AWS_ACCESS_KEY_ID": "from-the-shell"}], ids=["plain", "aws-credentials"])
+def test_trial_actors_run_in_the_workers_ray_prestarted_with_tunes_environment(shell):
+    # Tune copies the driver's AWS credentials into each trial actor's runtime env; a CI machine that
+    # had them set saw both trials in one fresh worker.
+    from ray.tune.execution.class_cache import ENV_VARS_TO_PROPAGATE
+
+    env = {k: v for k, v in os.environ.items() if k not in ENV_VARS_TO_PROPAGATE}
+    env.update(shell, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=240, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])

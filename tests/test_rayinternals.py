@@ -143,9 +143,24 @@ def test_class_cache_default_env_vars_go_into_every_trial_actor_unless_left_out(
         return class_cache._ActorClassCache().get(cls)._default_options["runtime_env"].get("env_vars", {})
 
     assert env_of(T) == {"PL_DISABLE_FORK": "1"}
-    with rayinternals.without_tune_actor_env():
+    with rayinternals.without_tune_actor_env(set()):
         assert "PL_DISABLE_FORK" not in env_of(type("U", (), {}))  # read when the actor class is made
     assert rayinternals.tune_actor_env() == {"PL_DISABLE_FORK": "1"}
+
+
+def test_the_drivers_aws_credentials_go_into_every_trial_actor_unless_left_out(monkeypatch):
+    from ray.tune.execution import class_cache
+
+    def env_of(cls):
+        return class_cache._ActorClassCache().get(cls)._default_options["runtime_env"].get("env_vars", {})
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "old")
+    monkeypatch.setenv("AWS_SESSION_TOKEN", "new")
+    assert {"AWS_ACCESS_KEY_ID": "old", "AWS_SESSION_TOKEN": "new"}.items() <= rayinternals.tune_propagated_env().items()
+    assert env_of(type("T", (), {}))["AWS_ACCESS_KEY_ID"] == "old"
+    with rayinternals.without_tune_actor_env({"AWS_SESSION_TOKEN", "NOT_TUNES"}):
+        assert env_of(type("U", (), {})) == {"AWS_SESSION_TOKEN": "new"}
+    assert env_of(type("V", (), {}))["AWS_ACCESS_KEY_ID"] == "old"
 
 
 def test_the_token_auth_probe_connects_to_a_gcs_and_turns_token_mode_on_by_the_argument_passed(ray_2cpus):

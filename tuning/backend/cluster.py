@@ -37,8 +37,11 @@ def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
 # with it, so it left the workers it prestarted idle and started a fresh one per trial actor: 1.0 s
 # here before a trial's imports even began (docs/performance.md). A local Ray started here gets
 # the variable in every worker's environment instead, and prestarted_workers() leaves Tune's copy out.
+# Tune also copies the driver's AWS credentials and Ray Train's variables into that runtime env; the
+# workers inherited the values the driver had when it started Ray, so those are left out as well.
 TUNE_WORKER_ENV = {"PL_DISABLE_FORK": "1"}
-_local_node: dict[str, str | None] = {"id": None}  # the local Ray start_ray started with TUNE_WORKER_ENV
+# The local Ray start_ray started with TUNE_WORKER_ENV, and the variables Tune propagates as they were then.
+_local_node: dict = {"id": None, "env": {}}
 
 
 def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: int | None = None) -> None:
@@ -55,6 +58,8 @@ def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: i
 
     import ray
 
+    from tuning.backend import rayinternals
+
     if not ray.is_initialized():
         level = logging.getLogger("ray").level
         # ray.init takes SIGTERM over: its Python handler stops the local Ray and exits 1, and its
@@ -65,9 +70,10 @@ def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: i
             # "local": a new Ray of its own, even when `ray start` left a cluster on this machine
             # (ray.init() alone joins that one; --address auto is the way to ask for it).
             with environ(TUNE_WORKER_ENV):  # the raylet, and so every worker, inherits it
+                inherited = rayinternals.tune_propagated_env()
                 ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs,
                          logging_level=level)
-            _local_node["id"] = ray.get_runtime_context().get_node_id()
+            _local_node.update(id=ray.get_runtime_context().get_node_id(), env=inherited)
         else:
             if address != "auto":
                 _check_reachable(address)
@@ -150,7 +156,7 @@ def stop_ray() -> None:
     import ray
 
     ray.shutdown()
-    _local_node["id"] = None
+    _local_node.update(id=None, env={})
 
 
 @contextlib.contextmanager
@@ -174,8 +180,9 @@ def environ(values: dict[str, str | None], keep_set: bool = False):
 def prestarted_workers():
     """A block within which, on the local Ray start_ray started, Tune's default trial-actor environment
     (TUNE_WORKER_ENV, which its workers already have) is left out of the actors' runtime env, so
-    Ray runs trial actors in the workers it prestarted. Variables Tune propagates from the driver
-    (AWS credentials, Ray Train's) still go in, and then Ray starts workers for them as before."""
+    Ray runs trial actors in the workers it prestarted. Of the variables Tune propagates from the
+    driver (AWS credentials, Ray Train's), only those set or changed since Ray started still go in,
+    and then Ray starts workers for them as before."""
     import ray
 
     from tuning.backend import rayinternals
@@ -183,7 +190,10 @@ def prestarted_workers():
     ours = (_local_node["id"] is not None and ray.is_initialized()
             and ray.get_runtime_context().get_node_id() == _local_node["id"]
             and rayinternals.tune_actor_env() == TUNE_WORKER_ENV)
-    return rayinternals.without_tune_actor_env() if ours else contextlib.nullcontext()
+    if not ours:
+        return contextlib.nullcontext()
+    now, then = rayinternals.tune_propagated_env(), _local_node["env"]
+    return rayinternals.without_tune_actor_env({k for k, v in now.items() if then.get(k) != v})
 
 
 def worker_import_error(module: str) -> str | None:

@@ -178,14 +178,25 @@ def snapshot_patches(*, checkpoint: Callable, save_to_dir: Callable, update_metr
 # only in a worker started with it: 1.0 s a trial (tuning/backend/cluster.py, prestarted_workers).
 
 
+# It also copies some of the driver's variables (AWS credentials, Ray Train's) into that runtime env
+# where they are set: with AWS_ACCESS_KEY_ID in the environment, every trial took a fresh worker.
+
+
 def tune_actor_env() -> dict[str, str]:
     """The environment variables Tune gives every trial actor."""
     return dict(class_cache.DEFAULT_ENV_VARS)
 
 
-def without_tune_actor_env():
-    """A block in which trial actors get none of Tune's defaults (the driver's, it still passes on)."""
-    return patched((class_cache, "DEFAULT_ENV_VARS", {}))
+def tune_propagated_env() -> dict[str, str]:
+    """The driver's variables Tune would copy into a trial actor's runtime env now."""
+    return {k: os.environ[k] for k in class_cache.ENV_VARS_TO_PROPAGATE if k in os.environ}
+
+
+def without_tune_actor_env(propagate: set[str]):
+    """A block in which trial actors get none of Tune's defaults, and of the driver's variables
+    only those named in `propagate`."""
+    return patched((class_cache, "DEFAULT_ENV_VARS", {}),
+                   (class_cache, "ENV_VARS_TO_PROPAGATE", set(propagate) & set(class_cache.ENV_VARS_TO_PROPAGATE)))
 
 
 # ---------------------------------------------------------------- joining a cluster with a token
