@@ -203,7 +203,7 @@ def test_with_no_feasible_trial_the_best_is_the_least_violating_and_says_so():
 def test_the_tpe_searcher_tells_optuna_every_objective_and_each_constraint():
     from tuning.backend import tpe
 
-    searcher = tpe.multi_objective_searcher(tradeoff_space(strategy="tpe"), seed=0)
+    searcher = tpe.multi_objective_searcher(tradeoff_space(strategy="tpe"), seed=0, max_t=2)
     for i, mem in enumerate((3.0, 6.0)):  # the second dominates the first, over the memory bound
         searcher.suggest(str(i))
         searcher.on_trial_complete(str(i), {"loss": 0.5, "latency_ms": 2.0 - i, "peak_mem_gb": mem,
@@ -213,6 +213,15 @@ def test_the_tpe_searcher_tells_optuna_every_objective_and_each_constraint():
     assert [t.values for t in study.trials] == [[0.5, 2.0], [0.5, 1.0]]
     assert [t.constraints for t in study.trials] == [{"peak_mem_gb": -1.0}, {"peak_mem_gb": 2.0}]
     assert [t.number for t in study.best_trials] == [0]  # Optuna's own front: the feasible one
+    # Stopped at a rung: pruned, without intermediate values (Optuna's pruned score reads
+    # study.direction, which raises here), its point where it stopped kept for the order.
+    searcher.suggest("2")
+    searcher.on_trial_complete("2", {"loss": 0.4, "latency_ms": 3.0, "peak_mem_gb": 5.0, "training_iteration": 1})
+    stopped = study.trials[2]
+    assert stopped.state.name == "PRUNED" and stopped.values is None and stopped.intermediate_values == {}
+    assert stopped.user_attrs["tuning_rung"] == {"step": 1, "values": [0.4, 3.0], "violation": 1.0}
+    assert stopped.constraints == {"peak_mem_gb": 1.0}
+    searcher.suggest("3")  # TPE proposes with a pruned trial among those it has seen
 
 
 # ---------------------------------------------------------------- real runs
@@ -272,13 +281,16 @@ def test_the_command_line_declares_objectives_over_a_one_metric_space(ray_here, 
 
 
 def test_tpe_searches_several_objectives_and_a_resume_carries_them(ray_here, tmp_path):
-    """Optuna's multi-objective TPE, every trial to the full budget; --add-samples runs more trials
-    from the restored study, with every objective and the constraint, and the front is remade over all."""
+    """Optuna's multi-objective TPE under MO-ASHA's brackets, which stop some trials at epoch 1;
+    --add-samples runs more trials from the restored study, with every objective and the
+    constraint, and the front is remade over all."""
     space = tradeoff_space(strategy="tpe", num_samples=10)
     folder = tmp_path / "r"
     result = tuning.search(None, space, seed=1, results_dir=folder)
     assert result.status == "finished" and len(result.trials) == 10
-    assert (result.trials["epochs"] == 2).all() and not result.trials["stopped_early"].any()
+    stopped = result.trials["stopped_early"].astype(bool)
+    assert stopped.any() and (result.trials.loc[stopped, "epochs"] == 1).all()
+    assert (result.trials.loc[~stopped, "epochs"] == 2).sum() >= 3
     check_front(folder, space, 2)
     more = tuning.resume(folder, add_samples=3)
     assert more.status == "finished" and len(more.trials) == 13

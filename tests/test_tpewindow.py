@@ -75,3 +75,33 @@ def test_a_tiny_window_keeps_at_least_the_recent_trials(window):
     study = _study(optuna.samplers.TPESampler(seed=0), 40)
     shown = windowed(study.get_trials(deepcopy=False), window, minimize=True)
     assert len(shown) == window
+
+
+def test_several_objectives_show_pruned_trials_furthest_then_by_front_and_tpe_takes_the_first():
+    """Optuna ranks pruned trials of one objective by how far they got, then by their last value, and
+    fills its good set with them only where complete ones are too few; over several objectives its
+    score reads study.direction and raises, so they are told without values and ordered here."""
+    from optuna.samplers._tpe.sampler import _split_trials
+    from optuna.trial import TrialState
+
+    from tuning.backend.tpewindow import RUNG_ATTR, _Seen
+
+    study = optuna.create_study(directions=["minimize", "minimize"])
+    rungs = [(1, [0.2, 0.2], 0.0),   # 0: epoch 1, dominates 1
+             (1, [0.3, 0.3], 0.0),   # 1
+             (3, [0.9, 0.9], 0.0),   # 2: further than all the others, dominated at epoch 3 by 3
+             (3, [0.5, 0.5], 0.0),   # 3: the best pruned trial
+             (3, [0.1, 0.1], 2.0),   # 4: at epoch 3 and best by values, but infeasible
+             (1, [0.1, 0.9], 0.0)]   # 5: on epoch 1's front with 0
+    trials = [optuna.trial.create_trial(params={"x": i / 10}, distributions={"x": DISTS["x"]}, state=TrialState.PRUNED,
+                                        user_attrs={RUNG_ATTR: {"step": s, "values": v, "violation": c}})
+              for i, (s, v, c) in enumerate(rungs)]
+    trials.append(optuna.trial.create_trial(params={"x": 0.9}, distributions={"x": DISTS["x"]}, values=[0.6, 0.6]))
+    study.add_trials(trials)
+    shown = _Seen(study, window=1000)._get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    assert [t.number for t in shown] == [6, 3, 2, 4, 0, 5, 1]  # 0 and 5: one front, 0 adds more hypervolume
+    assert {t.number for t in shown} == set(range(7)) and len(shown) == 7
+    below, _ = _split_trials(study, shown, 2)  # the complete one, then the best pruned one
+    assert [t.number for t in below] == [3, 6]
+    below, _ = _split_trials(study, study._get_trials(deepcopy=False), 2)  # as stored: the first pruned one
+    assert [t.number for t in below] == [0, 6]

@@ -343,8 +343,3 @@ def plain(v):
         return None
     return v
 
-
-def full_budget(space, strategy: str) -> bool:
-    """Whether every trial of the strategy trains the full budget: grid and random, and tpe over
-    several objectives or constraints (MOTPE without brackets, for now)."""
-    return strategy in ("grid", "random") or (strategy == "tpe" and multi(space))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from tuning import progress as progress_math
-from tuning import objectives, results, spaces
+from tuning import results, spaces
 from tuning.backend.cluster import (ClusterError, cluster_info, environ, prestarted_workers,  # noqa: F401
                                     start_ray, stop_ray, worker_import_error)
 
@@ -221,8 +221,7 @@ def tune_switches(snapshot_every_step: bool):
 
 def planned_epochs(spec: RunSpec) -> int:
     """The run's planned total in epochs (tuning/progress.py): what the progress line counts to."""
-    strategy = "random" if objectives.full_budget(spec.space, spec.strategy) else spec.strategy
-    return progress_math.planned_epochs(strategy, trials=_trials(spec), max_epochs=spec.max_epochs,
+    return progress_math.planned_epochs(spec.strategy, trials=_trials(spec), max_epochs=spec.max_epochs,
                                         grace_period=spec.space.grace_period,
                                         reduction_factor=spec.space.reduction_factor)
 
@@ -232,7 +231,7 @@ def _plan_words(spec: RunSpec) -> str:
     if spec.space.grid and spec.strategy != "grid":
         points = " x ".join(f"{len(spec.space.params[k].grid_values())} {k}" for k in spec.space.grid)
         trials = f"{trials} (grid of {points} x {spec.num_samples} samples)"
-    if objectives.full_budget(spec.space, spec.strategy):  # tpe too, over several objectives
+    if spec.strategy in ("grid", "random"):
         return f"{trials} trials x {spec.max_epochs} epochs"
     if spec.strategy == "median":
         return (f"at most {trials} trials x {spec.max_epochs} epochs: the median stopping rule stops some sooner, "

@@ -75,7 +75,7 @@ class InOrder:
 
 
 class Fifo(mo.StopGrown, TimeGate, InOrder, FIFOScheduler):
-    """Every trial runs its full budget (random, grid, tpe over several objectives), unless a metric
+    """Every trial runs its full budget (random, grid), unless a metric
     declared to only grow is past its bound (mo.StopGrown)."""
 
 
@@ -320,11 +320,18 @@ def build(spec, budget=None):
     if refusal:
         raise spaces.SpaceError(refusal)
     rule = mo.Rule.of(space)  # None for one metric: every scheduler as it was
-    if strategy == "tpe" and objectives.multi(space):  # MOTPE, every trial to the full budget (tpe.MultiObjective)
+    if strategy == "tpe" and objectives.multi(space):  # MOTPE under MO-ASHA's brackets (tuning/backend/tpe.py)
+        from tuning import progress
         from tuning.backend import tpe
 
-        scheduler = Fifo()
-        search = SearcherSearch(tpe.multi_objective_searcher(space, seed, spec.warm_points), more=more)
+        first = min(space.grace_period, spec.max_epochs)
+        np.random.seed(seed + spec.extension)  # Tune draws each trial's bracket from numpy's global generator
+        # Tune's own bracket draw: the agreeing one (TpeBrackets) ranks rungs by one metric.
+        scheduler = MoAsha(rule=rule, metric=space.metric, mode=space.mode, max_t=spec.max_epochs, grace_period=first,
+                           reduction_factor=space.reduction_factor,
+                           brackets=len(progress.async_brackets(first, spec.max_epochs, space.reduction_factor)))
+        search = SearcherSearch(tpe.multi_objective_searcher(space, seed, spec.max_epochs, spec.warm_points),
+                                more=more)
         config = {}
     elif strategy == "grid":
         scheduler, search = Fifo(), SearcherSearch(LazyGrid(space), more=more)

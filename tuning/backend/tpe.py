@@ -24,8 +24,10 @@ would leave for, with two changes: a fifth of the trials are drawn at random (In
 and past 1,000 finished trials it sees a window of them (tuning/backend/tpewindow.py), so a
 proposal's cost stops growing with the run.
 
-A space with several objectives or constraints (tuning.objectives) runs MultiObjective below instead,
-every trial to the full budget.
+A space with several objectives or constraints (tuning.objectives) runs MultiObjective below instead:
+Optuna's multi-objective TPE (MOTPE) under the same brackets, whose rungs promote by non-dominated
+sorting (MO-ASHA: tuning/backend/mo.py), and a trial stopped early is told as pruned, without
+intermediate values (tuning/backend/tpewindow.py, pruned_by_front).
 """
 
 from __future__ import annotations
@@ -37,8 +39,8 @@ from ray.tune.search.optuna import OptunaSearch
 from tuning import objectives, spaces
 from tuning import params as param_types
 from tuning.compare import peers
-from tuning.backend import rayinternals
-from tuning.backend.tpewindow import WindowedTPE
+from tuning.backend import mo, rayinternals
+from tuning.backend.tpewindow import RUNG_ATTR, WindowedTPE
 
 
 class DefineByRun:
@@ -114,33 +116,40 @@ def searcher(space: spaces.Space, seed: int, max_t: int, points: list[dict] | No
 
 
 class MultiObjective(OptunaSearch):
-    """OptunaSearch over several objectives, or under constraints: Optuna's TPE as it ships, which
-    with several objectives is MOTPE (Ozaki et al., JAIR 2022: the good/bad split by non-domination
-    rank, ties broken by hypervolume contribution), with every trial at the full budget (no brackets:
-    Hyperband's promotion by several objectives comes next). Each constrained metric's amount
-    (tuning.objectives.amounts: above 0 violated) is told through Trial.set_constraint, which
-    replaced TPESampler's constraints_func in Optuna 5, before the trial's values: TPE then puts
-    every feasible trial before every infeasible one, and infeasible ones by their total violation
-    (Deb's rules, as tuning.objectives ranks the tables)."""
+    """OptunaSearch over several objectives, or under constraints: Optuna's TPE, which with several
+    objectives is MOTPE (Ozaki et al., JAIR 2022: the good/bad split by non-domination rank, ties
+    broken by hypervolume contribution). Each constrained metric's amount (tuning.objectives.amounts:
+    above 0 violated) is told through Trial.set_constraint, which replaced TPESampler's
+    constraints_func in Optuna 5, before the trial's values: TPE then puts every feasible trial
+    before every infeasible one, and infeasible ones by their total violation (Deb's rules, as
+    tuning.objectives ranks the tables). A trial stopped below max_t is told as pruned, with where it
+    stopped and its point there as RUNG_ATTR (tpewindow.pruned_by_front orders them)."""
 
-    def __init__(self, *args, constraints: dict, **kwargs):
+    def __init__(self, *args, constraints: dict, rule: mo.Rule, max_t: int, **kwargs):
         super().__init__(*args, **kwargs)
-        self.constraints = constraints
+        self.constraints, self.rule, self.max_t = constraints, rule, max_t
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
         ot_trial = rayinternals.optuna_trial(self, trial_id)
         if result and self.constraints and ot_trial is not None:
             for name, amount in objectives.amounts(result, self.constraints).items():
                 ot_trial.set_constraint(name, amount)
-        return super().on_trial_complete(trial_id, result, error)
+        step = (result or {}).get("training_iteration")
+        if ot_trial is None or error or step is None or step >= self.max_t:
+            return super().on_trial_complete(trial_id, result, error)
+        values, violation = self.rule.point(result)
+        ot_trial.set_user_attr(RUNG_ATTR, {"step": step, "values": values.tolist(), "violation": violation})
+        rayinternals.tell_optuna(self, trial_id, optuna.trial.TrialState.PRUNED)
 
 
-def multi_objective_searcher(space: spaces.Space, seed: int, points: list[dict] | None = None) -> OptunaSearch:
-    """MultiObjective over the space's objectives and constraints, seeded; `points`: configurations
-    to run first (a warm start)."""
+def multi_objective_searcher(space: spaces.Space, seed: int, max_t: int,
+                             points: list[dict] | None = None) -> OptunaSearch:
+    """MultiObjective over the space's objectives and constraints, seeded, told of trials stopped
+    below max_t as pruned; `points`: configurations to run first (a warm start)."""
     ways = objectives.of(space)
     several = len(ways) > 1
     return MultiObjective(space=DefineByRun(space.params), metric=list(ways) if several else space.metric,
                           mode=list(ways.values()) if several else space.mode, constraints=dict(space.constraints),
-                          sampler=optuna.samplers.TPESampler(seed=seed),
+                          rule=mo.Rule.of(space), max_t=max_t,
+                          sampler=WindowedTPE(seed=seed),
                           points_to_evaluate=[param_types.to_positions(space.params, p) for p in points or []] or None)

@@ -9,7 +9,7 @@ tenth of the window always holds; its bad density is fitted to the rest of the w
 trials, where the search is now, which Optuna's own weights already favour. Up to WINDOW finished
 trials (every run of today's sizes) the sampler sees exactly what TPESampler sees, so its proposals
 are TPESampler's. With several objectives there is no single "best" to keep: the window is not
-applied (docs/strategies.md).
+applied (docs/strategies.md), and the trials stopped early are shown in the order of `pruned_by_front`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from optuna.trial import TrialState
 
 WINDOW = 1000
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+# A trial stopped below the full budget over several objectives: where it stopped and its point there
+# (tuning.backend.mo.Rule.point: the objectives to minimise, the total violation), set by tpe.MultiObjective.
+RUNG_ATTR = "tuning_rung"
 
 
 def windowed(trials: list, window: int, minimize: bool) -> list:
@@ -38,9 +41,37 @@ def windowed(trials: list, window: int, minimize: bool) -> list:
     return [t for t in trials if t.state not in FINISHED or t.number in keep]
 
 
+def pruned_by_front(trials: list) -> list:
+    """The trials with the pruned ones last, in the order Optuna gives pruned trials of one objective
+    (_get_pruned_trial_score: the furthest first, then the best where they stopped), "best" by
+    several objectives: tuning.backend.mo.order of their RUNG_ATTR points. Optuna's own score reads
+    study.direction, which a study of several objectives lacks, so these trials are told without
+    intermediate values and TPE keeps them in the order shown: it fills its good set with pruned
+    trials only where the complete ones are too few, and then with these first."""
+    pruned = [t for t in trials if t.state == TrialState.PRUNED]
+    if not pruned:
+        return trials
+    import numpy as np
+
+    from tuning.backend import mo
+
+    rungs = [t.user_attrs.get(RUNG_ATTR) or {} for t in pruned]
+    steps = np.array([r.get("step", 0) for r in rungs], dtype=float)
+    m = max((len(r["values"]) for r in rungs if "values" in r), default=1)
+    values = np.array([r.get("values", [np.nan] * m) for r in rungs], dtype=float).reshape(len(pruned), m)
+    violations = np.array([r.get("violation", 0.0) for r in rungs], dtype=float)
+    place = np.empty(len(pruned))
+    for step in np.unique(steps):
+        at = np.flatnonzero(steps == step)
+        place[at[mo.order(values[at], violations[at])]] = np.arange(len(at))
+    shown = [pruned[i] for i in np.lexsort([place, -steps])]
+    return [t for t in trials if t.state != TrialState.PRUNED] + shown
+
+
 class _Seen:
-    """A study as the sampler sees it: Study, except that its trials are `windowed`. One window
-    per count of trials and states asked for, so a proposal's several calls filter once."""
+    """A study as the sampler sees it: Study, except that its trials are `windowed` (one objective)
+    or `pruned_by_front` (several). One view per count of trials and states asked for, so a
+    proposal's several calls filter once."""
 
     def __init__(self, study: optuna.Study, window: int):
         self._study, self._window, self._cache = study, window, {}
@@ -50,14 +81,18 @@ class _Seen:
             raise AttributeError(name)
         return getattr(self._study, name)
 
+    def _show(self, trials: list) -> list:
+        if len(self._study.directions) > 1:
+            return pruned_by_front(trials)
+        return windowed(trials, self._window, self._study.direction == optuna.study.StudyDirection.MINIMIZE)
+
     def _get_trials(self, deepcopy: bool = False, states=None, use_cache: bool = False) -> list:
         trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
         if deepcopy:
-            return windowed(trials, self._window, self._study.direction == optuna.study.StudyDirection.MINIMIZE)
+            return self._show(trials)
         key = (len(trials), tuple(states) if states is not None else None)
         if key not in self._cache:
-            self._cache = {key: windowed(trials, self._window,
-                                         self._study.direction == optuna.study.StudyDirection.MINIMIZE)}
+            self._cache = {key: self._show(trials)}
         return self._cache[key]
 
     def get_trials(self, deepcopy: bool = True, states=None) -> list:
@@ -65,7 +100,8 @@ class _Seen:
 
 
 class WindowedTPE(optuna.samplers.TPESampler):
-    """TPESampler (its defaults, seeded) shown `windowed` trials of a single-objective study."""
+    """TPESampler (its defaults, seeded) shown `windowed` trials of a single-objective study, and the
+    pruned trials of a study of several objectives `pruned_by_front`."""
 
     def __init__(self, *args, window: int = WINDOW, **kwargs):
         super().__init__(*args, **kwargs)
@@ -76,8 +112,6 @@ class WindowedTPE(optuna.samplers.TPESampler):
         return {**self.__dict__, "_seen": {}}
 
     def _view(self, study):
-        if len(study.directions) > 1:
-            return study
         seen = self._seen.get(id(study))
         if seen is None or seen._study is not study:
             seen = self._seen[id(study)] = _Seen(study, self.window)
