@@ -98,7 +98,7 @@ def test_several_objectives_show_pruned_trials_furthest_then_by_front_and_tpe_ta
               for i, (s, v, c) in enumerate(rungs)]
     trials.append(optuna.trial.create_trial(params={"x": 0.9}, distributions={"x": DISTS["x"]}, values=[0.6, 0.6]))
     study.add_trials(trials)
-    shown = _Seen(study, window=1000)._get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    shown = _Seen(study, window=1000, by_front=True)._get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
     assert [t.number for t in shown] == [6, 3, 2, 4, 0, 5, 1]  # 0 and 5: one front, 0 adds more hypervolume
     assert {t.number for t in shown} == set(range(7)) and len(shown) == 7
     below, _ = _split_trials(study, shown, 2)  # the complete one, then the best pruned one

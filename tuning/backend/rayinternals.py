@@ -1,15 +1,14 @@
 """Every use of Ray's private API in tuning, in one room: what a Ray upgrade could break.
 
 Each section names what it patches or reads, the Ray version it was written against (WRITTEN_FOR)
-and why; tests/test_rayinternals.py has a test per target that fails when Ray changes it (the name is
-gone, its signature changed, or the behaviour relied on no longer holds). Other modules call the
-functions and classes here, never Ray's private names (tests/test_layout.py holds that).
+and why; tests/test_rayinternals.py has a test per target that fails when Ray changes it (name gone,
+signature or behaviour changed). Other modules call the functions and classes here, never Ray's
+private names (tests/test_layout.py holds that).
 
 On another Ray major.minor this module logs one warning at import instead of refusing to run:
-pyproject pins ``ray[tune]==2.60.*``, so a different Ray is somebody's deliberate choice (an upgrade
-being tried), who needs tuning to run far enough to see what broke; a patch whose target is gone
-raises RayChanged (one line) when applied, and the tests say which others changed. Imported lazily
-by tuning.backend's modules (it imports Ray)."""
+pyproject pins ``ray[tune]==2.60.*``, so another Ray is an upgrade being tried, by someone who needs
+to see what broke; a patch whose target is gone raises RayChanged (one line) when applied.
+Imported lazily by tuning.backend's modules (it imports Ray)."""
 
 from __future__ import annotations
 
@@ -106,15 +105,14 @@ def original(owner, name: str):
 
 
 # ---------------------------------------------------------------- the experiment snapshot
-# Ray 2.60. Why: tuning/backend/snapshots.py (a snapshot per step rewrote every trial, and the cost
-# of a run grew with the square of its trials). Patched: TuneController.checkpoint and save_to_dir,
-# _TrainingRunMetadata.update_metric, air._internal.usage.tag_callbacks, which tune.run calls
-# (importing the four integrations whose names it compares cost 1.6 s of the driver per process),
-# and ExperimentAnalysis._fetch_trial_dataframes, which tune.run's returned analysis calls to read
-# every trial's result files back (tuning never reads them).
-# Read: the controller's _checkpoint_manager (_should_force_sync_up, _last_save_time,
-# _last_sync_time), _trials_to_cache, and what save_to_dir writes (_get_trial_checkpoints,
-# __getstate__, _start_time, _storage, _search_alg, _callbacks, _session_str).
+# Ray 2.60. Why: tuning/backend/snapshots.py (a snapshot per step rewrote every trial, and a run's cost
+# grew with the square of its trials). Patched: TuneController.checkpoint and save_to_dir,
+# _TrainingRunMetadata.update_metric, air._internal.usage.tag_callbacks, which tune.run calls (importing
+# the four integrations whose names it compares cost 1.6 s per process), and
+# ExperimentAnalysis._fetch_trial_dataframes (it reads every trial's result files back; tuning never does).
+# Read: the controller's _checkpoint_manager (_should_force_sync_up, _last_save_time, _last_sync_time),
+# _trials_to_cache, what save_to_dir writes (_get_trial_checkpoints, __getstate__, _start_time, _storage,
+# _search_alg, _callbacks, _session_str).
 
 
 @dataclass(frozen=True)
@@ -176,10 +174,7 @@ def snapshot_patches(*, checkpoint: Callable, save_to_dir: Callable, update_metr
 # Ray 2.60. Tune gives every trial actor runtime_env={"env_vars": class_cache.DEFAULT_ENV_VARS}
 # (PL_DISABLE_FORK=1, for PyTorch Lightning: Ray #28197), and Ray runs an actor with a runtime env
 # only in a worker started with it: 1.0 s a trial (tuning/backend/cluster.py, prestarted_workers).
-
-
-# It also copies some of the driver's variables (AWS credentials, Ray Train's) into that runtime env
-# where they are set: with AWS_ACCESS_KEY_ID in the environment, every trial took a fresh worker.
+# It also copies the driver's AWS credentials and Ray Train's variables in (ENV_VARS_TO_PROPAGATE).
 
 
 def tune_actor_env() -> dict[str, str]:
@@ -193,8 +188,7 @@ def tune_propagated_env() -> dict[str, str]:
 
 
 def without_tune_actor_env(propagate: set[str]):
-    """A block in which trial actors get none of Tune's defaults, and of the driver's variables
-    only those named in `propagate`."""
+    """A block in which trial actors get none of Tune's defaults, of the driver's variables only `propagate`."""
     return patched((class_cache, "DEFAULT_ENV_VARS", {}),
                    (class_cache, "ENV_VARS_TO_PROPAGATE", set(propagate) & set(class_cache.ENV_VARS_TO_PROPAGATE)))
 
@@ -221,9 +215,8 @@ def connect_gcs(address: str) -> None:
 
 
 # ---------------------------------------------------------------- the progress table
-# Ray 2.60's CLIReporter keeps its settings in private attributes and finds the best trial in
-# _current_best_trial, whose line raised KeyError for a conditional parameter a trial lacks
-# (tuning/backend/tune_parts.py, Reporter).
+# Ray 2.60's CLIReporter keeps its settings in private attributes and finds the best trial in _current_best_trial,
+# whose line raised KeyError for a conditional parameter a trial lacks (tuning/backend/tune_parts.py, Reporter).
 
 
 class Reporter(CLIReporter):
@@ -247,14 +240,12 @@ class Reporter(CLIReporter):
 
 
 # ---------------------------------------------------------------- Ray's OptunaSearch
-# Ray 2.60's OptunaSearch keeps the Optuna trial of each Tune trial in _ot_trials, the ones it has
-# told Optuna the end of in _completed_trials, and the study in _ot_study; tuning/backend/tpe.py tells
-# Optuna itself how some trials ended (pruned; constraints).
+# Ray 2.60's OptunaSearch keeps each Tune trial's Optuna trial in _ot_trials, those told Optuna in
+# _completed_trials, the study in _ot_study; tuning/backend/tpe.py tells Optuna how some ended (pruned).
 
 
 def optuna_trial(search, trial_id: str):
-    """The Optuna trial `search` (an OptunaSearch) holds for `trial_id`, while Optuna has not been
-    told its end; None otherwise."""
+    """The Optuna trial `search` (an OptunaSearch) holds for `trial_id`; None once Optuna was told its end."""
     if trial_id in search._completed_trials:
         return None
     return search._ot_trials.get(trial_id)
@@ -267,11 +258,9 @@ def tell_optuna(search, trial_id: str, state) -> None:
 
 
 # ---------------------------------------------------------------- Tune's searches and schedulers
-# Ray 2.60. What tuning/backend/strategies.py, hyperband.py, bohb.py, adaptive.py and mo.py (and the
-# bench's BOHB model, tuning/bench/scale.py) read of Tune's searches and schedulers, and the private
-# hooks they override, under public names. Why each is used: in those modules (an extension's new
-# trials, rungs rebuilt on a resume, Hyperband's brackets that close, BOHB's model fed every rung
-# result, conditional trials).
+# Ray 2.60. What strategies.py, hyperband.py, bohb.py, adaptive.py, mo.py (and tuning/bench/scale.py)
+# read of Tune's searches and schedulers, and the private hooks they override, under public names.
+# Why each is used: in those modules (new trials, rungs rebuilt, brackets that close, BOHB's model).
 
 
 def adopt(obj, cls: type, **attrs) -> None:

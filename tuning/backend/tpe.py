@@ -151,5 +151,5 @@ def multi_objective_searcher(space: spaces.Space, seed: int, max_t: int,
     return MultiObjective(space=DefineByRun(space.params), metric=list(ways) if several else space.metric,
                           mode=list(ways.values()) if several else space.mode, constraints=dict(space.constraints),
                           rule=mo.Rule.of(space), max_t=max_t,
-                          sampler=WindowedTPE(seed=seed),
+                          sampler=WindowedTPE(seed=seed, by_front=True),
                           points_to_evaluate=[param_types.to_positions(space.params, p) for p in points or []] or None)

@@ -9,7 +9,8 @@ tenth of the window always holds; its bad density is fitted to the rest of the w
 trials, where the search is now, which Optuna's own weights already favour. Up to WINDOW finished
 trials (every run of today's sizes) the sampler sees exactly what TPESampler sees, so its proposals
 are TPESampler's. With several objectives there is no single "best" to keep: the window is not
-applied (docs/strategies.md), and the trials stopped early are shown in the order of `pruned_by_front`.
+applied (docs/strategies.md). tpe over several objectives or under constraints also shows the
+trials stopped early in the order of `pruned_by_front`.
 """
 
 from __future__ import annotations
@@ -69,21 +70,24 @@ def pruned_by_front(trials: list) -> list:
 
 
 class _Seen:
-    """A study as the sampler sees it: Study, except that its trials are `windowed` (one objective)
-    or `pruned_by_front` (several). One view per count of trials and states asked for, so a
+    """A study as the sampler sees it: Study, except that its trials are `windowed` (one objective),
+    or with `by_front` its pruned trials `pruned_by_front` (and no window: the window's "best" is by
+    one value, blind to constraints). One view per count of trials and states asked for, so a
     proposal's several calls filter once."""
 
-    def __init__(self, study: optuna.Study, window: int):
-        self._study, self._window, self._cache = study, window, {}
+    def __init__(self, study: optuna.Study, window: int, by_front: bool = False):
+        self._study, self._window, self._by_front, self._cache = study, window, by_front, {}
 
     def __getattr__(self, name):
-        if name.startswith("__") or name in ("_study", "_window", "_cache"):
+        if name.startswith("__") or name in ("_study", "_window", "_by_front", "_cache"):
             raise AttributeError(name)
         return getattr(self._study, name)
 
     def _show(self, trials: list) -> list:
-        if len(self._study.directions) > 1:
+        if self._by_front:
             return pruned_by_front(trials)
+        if len(self._study.directions) > 1:
+            return trials
         return windowed(trials, self._window, self._study.direction == optuna.study.StudyDirection.MINIMIZE)
 
     def _get_trials(self, deepcopy: bool = False, states=None, use_cache: bool = False) -> list:
@@ -100,12 +104,13 @@ class _Seen:
 
 
 class WindowedTPE(optuna.samplers.TPESampler):
-    """TPESampler (its defaults, seeded) shown `windowed` trials of a single-objective study, and the
-    pruned trials of a study of several objectives `pruned_by_front`."""
+    """TPESampler (its defaults, seeded) shown `windowed` trials of a single-objective study; with
+    `by_front` (tpe.MultiObjective: several objectives, or a constraint) its pruned trials
+    `pruned_by_front`, unwindowed."""
 
-    def __init__(self, *args, window: int = WINDOW, **kwargs):
+    def __init__(self, *args, window: int = WINDOW, by_front: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
-        self.window = window
+        self.window, self.by_front = window, by_front
         self._seen: dict[int, _Seen] = {}
 
     def __getstate__(self):  # OptunaSearch is pickled with its sampler for a resume: no views of studies
@@ -114,7 +119,8 @@ class WindowedTPE(optuna.samplers.TPESampler):
     def _view(self, study):
         seen = self._seen.get(id(study))
         if seen is None or seen._study is not study:
-            seen = self._seen[id(study)] = _Seen(study, self.window)
+            # A sampler pickled before by_front existed (a resumed run) has none: it showed no order.
+            seen = self._seen[id(study)] = _Seen(study, self.window, getattr(self, "by_front", False))
         return seen
 
     def sample_relative(self, study, trial, search_space):
