@@ -163,3 +163,24 @@ def test_tpe_brackets_measure_agreement_from_the_results_they_see_and_from_a_res
                                    brackets=4)
     resumed.rebuild(rows)
     assert resumed.agreement.rho() == sched.agreement.rho()
+
+
+def test_adaptive_measures_agreement_from_every_epoch_at_a_rung_whatever_the_trials_bracket():
+    """A trial that starts at epoch 3 still reports epoch 1: its value there counts for the agreement.
+    From rung results alone, epoch 1 went unmeasured once the top rung was past most trials that
+    started there, and its bracket went back to weight 1 (lcbench_189905: docs/strategies.md)."""
+    from types import SimpleNamespace
+
+    from ray.tune.experiment import Trial
+
+    model = _model()
+    bands = adaptive.AdaptiveHyperBand(time_attr="training_iteration", metric="loss", mode="min", max_t=27,
+                                       reduction_factor=3, model=model, seed=0)
+    controller = SimpleNamespace(search_alg=None)  # what the brackets read of Tune's controller when pausing
+    for i in range(8):
+        trial = Trial("adaptive", stub=True, trial_id=f"t{i}")
+        bands.on_trial_add(controller, trial)
+        for epoch in (1, 2, 3):  # epoch 1 reversed against epoch 3; epoch 2 is no rung
+            bands.on_trial_result(controller, trial, {"training_iteration": epoch, "loss": float(-i if epoch == 1 else i)})
+    assert set(model.agreement.curves["t0"]) == {1, 3}
+    assert model.agreement.rho()[1] == pytest.approx(-1.0) and model.agreement.weight(1) == adaptive.FLOOR

@@ -36,7 +36,7 @@ import math
 import numpy as np
 
 from tuning import fidelity
-from tuning.backend import mo
+from tuning.backend import mo, rayinternals
 from tuning.backend.bohb import PaperBOHB, VectorisedBOHB
 from tuning.backend.budget import TimeGate
 from tuning.backend.hyperband import PaperHyperBand
@@ -99,6 +99,22 @@ class AdaptiveHyperBand(TimeGate, PaperHyperBand):
         # The model, not its Agreement: a resume restores the model's state into a new object.
         self.model, self._rng = model, np.random.default_rng(seed)
         self.chosen: list[int] = []  # the s of each bracket opened, in order
+
+    def on_trial_result(self, tune_controller, trial, result: dict) -> str:
+        # Every epoch at a rung's budget, whatever bracket the trial runs in, as tpe's brackets do
+        # (agreeing.py). Rung results alone left a rung unmeasured once the top moved past it: few
+        # trials that started at epoch 1 reach epoch 27, so its bracket went back to weight 1.
+        time_attr, metric, _ = rayinternals.objective(self)
+        step, value = result.get(time_attr), result.get(metric)
+        if (step in self._rung_budgets() and isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value)):
+            self.model.agreement.observe(trial.trial_id, step, value)
+        return super().on_trial_result(tune_controller, trial, result)
+
+    def _rung_budgets(self) -> frozenset:
+        if getattr(self, "_budgets", None) is None:  # a scheduler pickled before this existed: now
+            self._budgets = frozenset(self.first_budget(k) for k in range(self.brackets_per_band))
+        return self._budgets
 
     def create_bracket(self, s: int):
         # Hyperband's order (s is the bracket Ray would open next), each bracket opened with
