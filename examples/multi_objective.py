@@ -55,7 +55,7 @@ SPACE = Space(
     trainer=train,
     objectives={"loss": "min", "num_params": "min"},  # the first breaks ties and names result.best
     constraints={"accuracy": (">=", 0.9)},  # a net below it is never on the front, however small
-    strategy="tpe",  # Optuna's multi-objective TPE; every trial trains all max_epochs
+    strategy="tpe",  # Optuna's multi-objective TPE under MO-ASHA's brackets: some trials stop early
     num_samples=20,
     max_epochs=10,
     gpus_per_trial=0,  # a net this size trains faster on the CPU than it copies to a GPU

@@ -29,9 +29,9 @@ SPACE = Space(
     # Accuracy, not the loss: it is what one gives up for speed when serving. The first objective is
     # the progress table's column and breaks ties on the front.
     objectives={"accuracy": "max", "latency_ms": "min"},
-    strategy="tpe",  # Optuna's multi-objective TPE (MOTPE); every trial trains the full budget
+    strategy="tpe",  # MOTPE under MO-ASHA's brackets: a trial behind the rung's front stops there
     num_samples=32,  # MOTPE's first 10 are random (Optuna's n_startup_trials); 22 then follow its model
-    max_epochs=8,  # long enough for width to show in accuracy; each trial trains all of them
+    max_epochs=8,  # long enough for width to show in accuracy; the trials the rungs keep train all of them
     cpus_per_trial=1,  # one trial per core: its latency is measured on the one core it trains on
     gpus_per_trial="auto",
 )
