@@ -96,6 +96,12 @@ class RungAgreement:
         self.curves.setdefault(trial_id, {})[int(budget)] = float(value)
         self._cached = None
 
+    def observe_epoch(self, trial_id: str, step, value, rungs) -> None:
+        """A trial's result at any epoch: kept where the epoch is one of `rungs` and the value a
+        finite number, whatever bracket the trial runs in (adaptive's and tpe's brackets)."""
+        if step in rungs and isinstance(value, (int, float)) and math.isfinite(value):
+            self.observe(trial_id, step, value)
+
     def rho(self) -> dict[int, float]:
         """rung -> ρ with the top, for the rungs measured; the top itself maps to 1."""
         if self._cached is None:

@@ -105,10 +105,8 @@ class AdaptiveHyperBand(TimeGate, PaperHyperBand):
         # (agreeing.py). Rung results alone left a rung unmeasured once the top moved past it: few
         # trials that started at epoch 1 reach epoch 27, so its bracket went back to weight 1.
         time_attr, metric, _ = rayinternals.objective(self)
-        step, value = result.get(time_attr), result.get(metric)
-        if (step in self._rung_budgets() and isinstance(value, (int, float)) and not isinstance(value, bool)
-                and math.isfinite(value)):
-            self.model.agreement.observe(trial.trial_id, step, value)
+        self.model.agreement.observe_epoch(trial.trial_id, result.get(time_attr), result.get(metric),
+                                           self._rung_budgets())
         return super().on_trial_result(tune_controller, trial, result)
 
     def _rung_budgets(self) -> frozenset:

@@ -6,8 +6,6 @@ Hyper-parameter Tuning at Scale", VLDB 2022) for Tune's AsyncHyperBandScheduler,
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from tuning import fidelity, progress
@@ -59,6 +57,4 @@ class AgreeingBrackets:
 
     def _observe(self, trial_id: str, result: dict) -> None:
         time_attr, metric, _ = rayinternals.objective(self)
-        step, value = result.get(time_attr), result.get(metric)
-        if step in self._milestones() and isinstance(value, (int, float)) and math.isfinite(value):
-            self.agreement.observe(trial_id, step, value)
+        self.agreement.observe_epoch(trial_id, result.get(time_attr), result.get(metric), self._milestones())
