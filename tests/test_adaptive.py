@@ -74,6 +74,24 @@ def test_with_only_a_misleading_rung_modelled_the_proposal_is_random():
     assert info == {"model_based_pick": False} and set(config) == set(SPACE.params)
 
 
+def _model_picks(max_t: int) -> list[bool]:
+    """Of 60 proposals after 12 results at max_t, which came from the model (not at random)."""
+    model = _model()
+    adaptive.AdaptiveHyperBand(time_attr="training_iteration", metric="loss", mode="min", max_t=max_t,
+                               reduction_factor=3, model=model, seed=0)
+    _feed(model, (max_t,), 12, flip_at_1=False)
+    np.random.seed(0)
+    return [model.bohber.get_config(max_t)[1]["model_based_pick"] for _ in range(60)]
+
+
+def test_at_one_fidelity_every_proposal_past_the_first_points_is_the_models():
+    # Every trial trained to max_t (a table): no rung to measure, and BOHB's random third dropped,
+    # as Optuna's TPE proposes. With rungs, the random third stays.
+    assert all(_model_picks(1))
+    with_rungs = _model_picks(27)
+    assert 10 <= with_rungs.count(False) <= 30  # about a third of 60
+
+
 def test_brackets_are_drawn_away_from_a_misleading_first_rung():
     model = _model()
     bands = adaptive.AdaptiveHyperBand(time_attr="training_iteration", metric="loss", mode="min", max_t=27,
