@@ -66,19 +66,6 @@ def test_a_tpe_run_stops_trials_at_rungs_and_trains_about_its_plan(ray_here, tmp
     assert 0.5 * planned <= trials["epochs"].sum() <= 24 * 9
 
 
-def test_tpe_interleaves_random_trials_only_where_there_are_rungs():
-    """At one report per trial (max_t 1) every trial reaches the full budget and none is drawn at
-    random; with rungs a fifth is."""
-    from tuning.backend import tpe
-
-    def random_turns(max_t):
-        sampler = tpe.sampler(seed=0, max_t=max_t)
-        return sum(sampler._random_turn(SimpleNamespace(number=n)) for n in range(1000))
-
-    assert random_turns(1) == 0
-    assert random_turns(9) == pytest.approx(1000 * tpe.RANDOM_FRACTION, abs=40)
-
-
 def test_a_share_of_tpe_proposals_is_drawn_at_random_whatever_the_model_believes():
     """tpe.Interleaved: about RANDOM_FRACTION of the trials are drawn at random (seeded by trial
     number, so a resumed or repeated run draws the same ones); the rest follow the model, which on

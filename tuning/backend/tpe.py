@@ -107,19 +107,11 @@ class PrunedAware(OptunaSearch):
         rayinternals.tell_optuna(self, trial_id, optuna.trial.TrialState.PRUNED)
 
 
-def sampler(seed: int, max_t: int) -> Interleaved:
-    """tpe's sampler: random trials interleaved where there are rungs. Where every trial is one
-    report (max_t 1) none is: every trial then reaches the full budget and TPE's good set grows
-    with them, the interleave cost regret on eight of twelve HPOBench and FCNet tables, and
-    Optuna's TPE draws none (docs/strategies.md#tpe)."""
-    return Interleaved(seed=seed, random_fraction=RANDOM_FRACTION if max_t > 1 else 0.0)
-
-
 def searcher(space: spaces.Space, seed: int, max_t: int, points: list[dict] | None = None) -> OptunaSearch:
-    """OptunaSearch over the space with tpe's sampler, told of trials stopped below max_t as
-    pruned; `points`: configurations to run first (a warm start)."""
+    """OptunaSearch over the space, seeded, with random trials interleaved, told of trials stopped
+    below max_t as pruned; `points`: configurations to run first (a warm start)."""
     return PrunedAware(space=DefineByRun(space.params), metric=space.metric, mode=space.mode, max_t=max_t,
-                       sampler=sampler(seed, max_t),
+                       sampler=Interleaved(seed=seed),
                        points_to_evaluate=[param_types.to_positions(space.params, p) for p in points or []] or None)
 
 
