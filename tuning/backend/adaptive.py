@@ -107,7 +107,7 @@ class AdaptiveHyperBand(TimeGate, PaperHyperBand):
         # The model, not its Agreement: a resume restores the model's state into a new object.
         self.model, self._rng = model, np.random.default_rng(seed)
         self.chosen: list[int] = []  # the s of each bracket opened, in order
-        if {self.first_budget(k) for k in range(self.brackets_per_band)} - {0} == {max_t}:
+        if self._rung_budgets() - {0} == {max_t}:  # every bracket starts at max_t: one fidelity
             model.one_fidelity()
 
     def on_trial_result(self, tune_controller, trial, result: dict) -> str:
