@@ -327,7 +327,9 @@ def test_mlflow_child_runs_carry_each_trials_start_and_end_in_milliseconds(ray_h
         first, last = mine[0], mine[-1]
         assert run.info.start_time == round(1000 * (first["ended_at"] - first["time_this_iter_s"]))
         assert run.info.end_time == round(1000 * last["ended_at"])
-        # Its epochs' time and the waits between them: about the epochs' own time or more (Tune
-        # times an iteration from a point of its own, a few ms from ours: 697 against 723 ms seen)
-        assert run.info.end_time - run.info.start_time >= 0.9 * 1000 * sum(r["time_this_iter_s"] for r in mine)
+        # The span holds both epochs' sleeps. Not Tune's time_this_iter_s: Tune times an iteration
+        # from a point of its own, and on a loaded machine the two drift apart (916 ms of span
+        # against 1046 ms of Tune's time seen in CI), while the sleeps are a floor that cannot move
+        lr = float(run.data.params["lr"])
+        assert run.info.end_time - run.info.start_time >= 1000 * 2 * (0.2 + 0.1 * lr) - 1
         assert run.info.start_time % 1000 or run.info.end_time % 1000  # milliseconds, not whole seconds
