@@ -156,6 +156,35 @@ def test_bohb_density_over_a_conditional_space_sums_to_one_with_mixed_active_set
     assert 0.3 < adamw < 0.5  # two of five points chose adamw; the kernel moves a share to sgd
 
 
+def test_bohb_bandwidths_on_a_conditional_space_are_hpbandsters_where_a_column_is_active_everywhere():
+    """Where every good point has a parameter, its bandwidth is the one HpBandSter fits on a space
+    without conditions, a spike (min_bandwidth) where the points agree on one value, as they do on
+    an integer; only a column active in fewer than two points gets the uniform bandwidth."""
+    from statsmodels.nonparametric.kernel_density import KDEMultivariate
+
+    from tuning.backend.bohb import VectorisedBOHB
+
+    params = {"optimizer": Choice(["adamw", "sgd"]), "lr": Uniform(0.0, 1.0), "width": IntUniform(1, 5),
+              "momentum": Uniform(0.0, 1.0, when={"optimizer": "sgd"})}
+    cs = spaces.to_configspace(Space(params=params, trainer="counting_ones"), seed=0)
+    model = VectorisedBOHB(cs)
+    col = {k: i for i, k in enumerate(cs.keys())}
+    data = np.zeros((6, len(col)))  # statsmodels fits more points than columns
+    data[:, col["optimizer"]] = 1
+    data[:, col["lr"]] = [0.1, 0.4, 0.7, 0.2, 0.5, 0.3]
+    data[:, col["width"]] = cs["width"].to_vector(4)  # every good point chose width 4
+    data[:, col["momentum"]] = [0.5, 0.9, 0.3, 0.6, 0.8, 0.7]
+    cont = [col["lr"], col["width"], col["momentum"]]
+    bw = model._bandwidths(data, np.zeros(len(col)))
+    theirs = KDEMultivariate(data, var_type=model.kde_vartypes, bw="normal_reference").bw  # HpBandSter's fit
+    assert bw[cont] == pytest.approx(np.clip(theirs[cont], model.min_bandwidth, None))
+    assert bw[col["width"]] == model.min_bandwidth
+    data[:5, col["momentum"]] = np.nan  # adamw's points: momentum active in one point only
+    data[:5, col["optimizer"]] = 0
+    bw = model._bandwidths(data, np.zeros(len(col)))
+    assert bw[col["momentum"]] == pytest.approx(1.06 * np.sqrt(1 / 12))  # one point: no spread to measure
+
+
 # ---------------------------------------------------------------- real runs
 
 
