@@ -105,3 +105,61 @@ def test_several_objectives_show_pruned_trials_furthest_then_by_front_and_tpe_ta
     assert [t.number for t in below] == [3, 6]
     below, _ = _split_trials(study, study._get_trials(deepcopy=False), 2)  # as stored: the first pruned one
     assert [t.number for t in below] == [0, 6]
+
+
+def _misleading_first_epoch(first_agrees: bool = False) -> optuna.Study:
+    """A run like tpe's seed 9 on lcbench_167149 (docs/lab/strategies-log.md): the complete trials
+    (x near 0.2) never learned and looked best at epoch 1; trials at x near 0.8 learn, look worse at
+    epoch 1 and better at epoch 3, and were stopped at rung 1 or 3."""
+    from optuna.trial import TrialState
+
+    x = {"x": DISTS["x"]}
+    trials = []
+    for i in range(8):  # complete: epoch 3 orders like epoch 27, epoch 1 the other way round
+        e1 = 30 + i if first_agrees else 40 - i
+        trials.append(optuna.trial.create_trial(params={"x": 0.15 + 0.01 * i}, distributions=x, value=5.0 + 5 * i,
+                                                intermediate_values={1: e1, 3: 15.0 + 5 * i, 9: 10.0 + 5 * i}))
+    for i in range(5):  # stopped at epoch 1: looked worst there
+        trials.append(optuna.trial.create_trial(params={"x": 0.5 + 0.01 * i}, distributions=x, state=TrialState.PRUNED,
+                                                intermediate_values={1: 45.0 + i}))
+    for i in range(5):  # stopped at epoch 3: better there than any complete trial was
+        trials.append(optuna.trial.create_trial(params={"x": 0.78 + 0.01 * i}, distributions=x, state=TrialState.PRUNED,
+                                                intermediate_values={1: 44.0 + i, 3: 10.0 + i}))
+    study = optuna.create_study()
+    study.add_trials(trials)
+    return study
+
+
+def test_where_a_rung_misleads_tpe_splits_at_the_lowest_rung_above_it_that_agrees():
+    from optuna.samplers._tpe.sampler import _split_trials
+    from optuna.trial import TrialState
+
+    from tuning.backend.tpewindow import _Seen, at_agreeing_rung
+
+    study = _misleading_first_epoch()
+    stored = study.get_trials(deepcopy=False)
+    shown = _Seen(study, window=1000, max_t=27)._get_trials(states=(TrialState.COMPLETE, TrialState.PRUNED))
+    # Every trial that reached epoch 3, complete or not, is ranked by its value there.
+    assert [t.value for t in shown if t.state == TrialState.COMPLETE] == [15.0 + 5 * i for i in range(8)] + [
+        10.0 + i for i in range(5)]
+    assert [t.number for t in shown if t.state == TrialState.PRUNED] == list(range(8, 13))
+    below, _ = _split_trials(study, shown, 5)
+    assert sorted(t.number for t in below) == list(range(13, 18))  # the learners stopped at epoch 3
+    below, _ = _split_trials(study, stored, 5)  # Optuna's own: every complete trial first
+    assert sorted(t.number for t in below) == list(range(5))
+    assert [t.state for t in study.get_trials(deepcopy=False)] == [t.state for t in stored]  # stored ones untouched
+    # Nothing misleads, or no full budget is known: Optuna's own split, the same objects.
+    agrees = _misleading_first_epoch(first_agrees=True).get_trials(deepcopy=False)
+    assert at_agreeing_rung(agrees, 27) is agrees
+    assert at_agreeing_rung(stored, None) is stored
+
+
+def test_where_a_rung_misleads_tpe_proposes_near_the_trials_that_learn():
+    def near(sampler) -> tuple[int, int]:  # of 40 proposals: how many near the learners, near the flat ones
+        study = _misleading_first_epoch()
+        study.sampler = sampler
+        xs = [study.ask({"x": DISTS["x"]}).params["x"] for _ in range(40)]
+        return sum(abs(v - 0.8) < 0.1 for v in xs), sum(abs(v - 0.2) < 0.1 for v in xs)
+
+    ours, theirs = near(WindowedTPE(seed=0, max_t=27)), near(optuna.samplers.TPESampler(seed=0))
+    assert ours[0] >= 3 * ours[1] and theirs[1] >= 3 * theirs[0], (ours, theirs)
