@@ -111,7 +111,7 @@ def searcher(space: spaces.Space, seed: int, max_t: int, points: list[dict] | No
     """OptunaSearch over the space, seeded, with random trials interleaved, told of trials stopped
     below max_t as pruned; `points`: configurations to run first (a warm start)."""
     return PrunedAware(space=DefineByRun(space.params), metric=space.metric, mode=space.mode, max_t=max_t,
-                       sampler=Interleaved(seed=seed, max_t=max_t),
+                       sampler=Interleaved(seed=seed),
                        points_to_evaluate=[param_types.to_positions(space.params, p) for p in points or []] or None)
 
 

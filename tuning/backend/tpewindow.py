@@ -11,22 +11,12 @@ trials (every run of today's sizes) the sampler sees exactly what TPESampler see
 are TPESampler's. With several objectives there is no single "best" to keep: the window is not
 applied (docs/strategies.md). tpe over several objectives or under constraints also shows the
 trials stopped early in the order of `pruned_by_front`.
-
-With one objective and a rung measured to mislead, TPE's split is made at the lowest rung above it
-that ranks like the top (`at_agreeing_rung`): Optuna puts every complete trial above every pruned
-one, which assumes the brackets kept the better trials, and a rung that ranks unlike the top does
-not (docs/strategies.md#tpe).
 """
 
 from __future__ import annotations
 
-import copy
-import math
-
 import optuna
 from optuna.trial import TrialState
-
-from tuning import fidelity
 
 WINDOW = 1000
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
@@ -50,50 +40,6 @@ def windowed(trials: list, window: int, minimize: bool) -> list:
             break
         keep.add(t.number)
     return [t for t in trials if t.state not in FINISHED or t.number in keep]
-
-
-def at_agreeing_rung(trials: list, max_t: int | None) -> list:
-    """The trials as TPE's split should see them when a rung misleads. The rungs are the epochs where
-    at least fidelity.MIN_TRIALS trials were pruned; each rung's ρ with max_t is measured over the
-    finished trials' curves (a complete trial's value is its point at max_t). Where some rung has
-    ρ < fidelity.TRUST and a higher rung below max_t has ρ >= TRUST, every trial with a value at the
-    lowest such rung is shown COMPLETE with that value, so TPE ranks them on one measurement that
-    orders like the top; the others are shown as they are (pruned, ranked after them by Optuna).
-    Otherwise, or without max_t, the trials are returned unchanged: Optuna's own split."""
-    if not max_t:
-        return trials
-    finished = [t for t in trials if t.state in FINISHED]
-    stops = {}
-    for t in finished:
-        if t.state == TrialState.PRUNED and t.intermediate_values:
-            step = max(t.intermediate_values)
-            stops[step] = stops.get(step, 0) + 1
-    rungs = sorted(s for s, k in stops.items() if k >= fidelity.MIN_TRIALS and s < max_t)
-    if not rungs:
-        return trials
-    curves = {}
-    for t in finished:
-        curve = {r: t.intermediate_values[r] for r in rungs if r in t.intermediate_values}
-        if t.state == TrialState.COMPLETE and t.value is not None:
-            curve[max_t] = t.value
-        curves[t.number] = curve
-    rho = {a.rung: a.rho for a in fidelity.agreement(curves, rungs, fidelity.MIN_TRIALS)
-           if a.top == max_t and math.isfinite(a.rho)}
-    misleading = [r for r, v in rho.items() if v < fidelity.TRUST]
-    agreeing = [r for r, v in rho.items() if v >= fidelity.TRUST and misleading and r > max(misleading)]
-    if not agreeing:
-        return trials
-    rung = min(agreeing)
-    shown = []
-    for t in trials:
-        value = curves.get(t.number, {}).get(rung)
-        if value is None or not math.isfinite(value):
-            shown.append(t)
-            continue
-        seen = copy.copy(t)
-        seen.state, seen.values = TrialState.COMPLETE, [value]
-        shown.append(seen)
-    return shown
 
 
 def pruned_by_front(trials: list) -> list:
@@ -129,11 +75,11 @@ class _Seen:
     one value, blind to constraints). One view per count of trials and states asked for, so a
     proposal's several calls filter once."""
 
-    def __init__(self, study: optuna.Study, window: int, by_front: bool = False, max_t: int | None = None):
-        self._study, self._window, self._by_front, self._max_t, self._cache = study, window, by_front, max_t, {}
+    def __init__(self, study: optuna.Study, window: int, by_front: bool = False):
+        self._study, self._window, self._by_front, self._cache = study, window, by_front, {}
 
     def __getattr__(self, name):
-        if name.startswith("__") or name in ("_study", "_window", "_by_front", "_max_t", "_cache"):
+        if name.startswith("__") or name in ("_study", "_window", "_by_front", "_cache"):
             raise AttributeError(name)
         return getattr(self._study, name)
 
@@ -142,8 +88,7 @@ class _Seen:
             return pruned_by_front(trials)
         if len(self._study.directions) > 1:
             return trials
-        minimize = self._study.direction == optuna.study.StudyDirection.MINIMIZE
-        return at_agreeing_rung(windowed(trials, self._window, minimize), self._max_t)
+        return windowed(trials, self._window, self._study.direction == optuna.study.StudyDirection.MINIMIZE)
 
     def _get_trials(self, deepcopy: bool = False, states=None, use_cache: bool = False) -> list:
         trials = self._study._get_trials(deepcopy=deepcopy, states=states, use_cache=use_cache)
@@ -159,13 +104,13 @@ class _Seen:
 
 
 class WindowedTPE(optuna.samplers.TPESampler):
-    """TPESampler (its defaults, seeded) shown `windowed` trials of a single-objective study, split
-    `at_agreeing_rung` when given the full budget `max_t`; with `by_front` (tpe.MultiObjective:
-    several objectives, or a constraint) its pruned trials `pruned_by_front`, unwindowed."""
+    """TPESampler (its defaults, seeded) shown `windowed` trials of a single-objective study; with
+    `by_front` (tpe.MultiObjective: several objectives, or a constraint) its pruned trials
+    `pruned_by_front`, unwindowed."""
 
-    def __init__(self, *args, window: int = WINDOW, by_front: bool = False, max_t: int | None = None, **kwargs):
+    def __init__(self, *args, window: int = WINDOW, by_front: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
-        self.window, self.by_front, self.max_t = window, by_front, max_t
+        self.window, self.by_front = window, by_front
         self._seen: dict[int, _Seen] = {}
 
     def __getstate__(self):  # OptunaSearch is pickled with its sampler for a resume: no views of studies
@@ -174,10 +119,8 @@ class WindowedTPE(optuna.samplers.TPESampler):
     def _view(self, study):
         seen = self._seen.get(id(study))
         if seen is None or seen._study is not study:
-            # A sampler pickled before by_front or max_t existed (a resumed run) has neither: it showed
-            # no order and split as Optuna does.
-            seen = self._seen[id(study)] = _Seen(study, self.window, getattr(self, "by_front", False),
-                                                 getattr(self, "max_t", None))
+            # A sampler pickled before by_front existed (a resumed run) has none: it showed no order.
+            seen = self._seen[id(study)] = _Seen(study, self.window, getattr(self, "by_front", False))
         return seen
 
     def sample_relative(self, study, trial, search_space):
