@@ -7,7 +7,7 @@ import pytest
 
 import tuning
 from tuning import progress, spaces
-from tuning.backend import adaptive, rayinternals, strategies, tpe
+from tuning.backend import RunSpec, adaptive, rayinternals, strategies, tpe
 
 SPACE = tuning.Space(params={f"x{i}": tuning.Uniform(0.0, 1.0) for i in range(3)}, trainer="mf_hartmann",
                      max_epochs=27, reduction_factor=3, cpus_per_trial=1, gpus_per_trial=0)
@@ -35,6 +35,12 @@ def test_a_rung_that_ranks_against_the_top_weighs_little_and_is_not_trusted():
     assert a.rho()[1] == pytest.approx(-1.0) and a.rho()[3] == pytest.approx(1.0) and a.rho()[27] == 1.0
     assert a.weight(1) == adaptive.FLOOR and a.weight(3) == 1.0 and a.weight(9) == 1.0
     assert not a.trusted(1) and a.trusted(3) and a.trusted(27)
+    # where a random trial may first be judged: the lowest rung only once it is measured to agree
+    assert not a.judges(1, lowest=True) and a.judges(3, lowest=False) and a.judges(27, lowest=False)
+    b = adaptive.Agreement()
+    assert not b.judges(1, lowest=True) and b.judges(3, lowest=False)
+    _curves(b, 12, flip_at_1=False)
+    assert b.judges(1, lowest=True)
 
 
 def test_where_every_rung_agrees_it_is_bohb():
@@ -160,6 +166,61 @@ def test_tpe_draws_its_trials_brackets_away_from_a_misleading_first_rung():
     assert unmeasured == pytest.approx(tune_p, abs=0.03)
     want = tune_p * [adaptive.FLOOR, 1, 1, 1]
     assert misleading == pytest.approx(want / want.sum(), abs=0.03)
+
+
+def test_a_random_trial_of_tpe_is_first_judged_where_a_rung_is_known_to_agree():
+    """strategies.TpeBrackets with `explores`: a trial the searcher drew at random never starts at
+    epoch 1 while epoch 1 is unmeasured or ranks against the top, and starts there in Tune's share
+    once it is measured to agree; a trial of the model is drawn as before, from the same numbers."""
+    from ray.tune.experiment import Trial
+
+    def draws(flip_at_1, explores, n=1000):
+        np.random.seed(0)
+        sched = strategies.TpeBrackets(metric="loss", mode="min", max_t=27, grace_period=1, reduction_factor=3,
+                                       brackets=4, explores=explores)
+        if flip_at_1 is not None:
+            _curves(sched.agreement, 12, flip_at_1=flip_at_1)
+        for k in range(n):
+            sched.on_trial_add(None, Trial("tpe", stub=True, trial_id=f"n{k}"))
+        brackets, chosen = rayinternals.asha_brackets(sched), rayinternals.asha_brackets(sched, of_trials=True)
+        return np.array([brackets.index(chosen[f"n{k}"]) for k in range(n)])
+
+    def random_ones(trial_id):
+        return int(trial_id[1:]) % 2 == 0
+
+    tune_p = np.array(progress.tune_bracket_shares([4, 3, 2, 1]))
+    for flip_at_1 in (None, True):  # unmeasured, or misleading
+        mixed = draws(flip_at_1, random_ones)
+        assert not (mixed[::2] == 0).any()  # no random trial starts at epoch 1
+        assert (mixed[1::2] == 0).any()  # the model's trials still may
+    unmeasured = draws(None, random_ones)[::2]
+    assert np.bincount(unmeasured, minlength=4)[1:] / len(unmeasured) == pytest.approx(
+        tune_p[1:] / tune_p[1:].sum(), abs=0.05)  # the other brackets in Tune's proportions
+    agreeing = draws(False, random_ones)
+    assert np.bincount(agreeing[::2], minlength=4) / 500 == pytest.approx(tune_p, abs=0.05)
+    assert np.array_equal(draws(False, None), draws(False, lambda trial_id: False))  # as before
+
+
+def test_tpe_knows_which_of_its_trials_it_drew_at_random():
+    """tpe.Interleaved records its startup trials and its random turns, and PrunedAware.explores
+    answers for Tune's trial ids; build() hands that to the brackets."""
+    space = tuning.spaces.load("counting_ones").replace(max_epochs=9)
+    _, search, sched = strategies.build(RunSpec(
+        space=space, strategy="tpe", num_samples=40, max_epochs=9, seed=0, cpus_per_trial=1, gpus_per_trial=0,
+        source=None, results_dir=None))
+    searcher = search.searcher
+    assert sched.explores == searcher.explores
+    sampler = searcher._ot_study.sampler
+    for k in range(40):
+        trial_id = f"t{k}"
+        searcher.suggest(trial_id)
+        if k < sampler._n_startup_trials:  # k trials finished so far: TPE's startup draws at random
+            assert searcher.explores(trial_id)
+        else:  # past them only the random turns explore
+            assert searcher.explores(trial_id) == sampler._random_turn(rayinternals.optuna_trial(searcher, trial_id))
+        if k < 12:
+            searcher.on_trial_complete(trial_id, {"training_iteration": 9, space.metric: float(k)})
+    assert 12 < len(sampler.explored) < 40 and not searcher.explores("unknown")
 
 
 def test_tpe_brackets_measure_agreement_from_the_results_they_see_and_from_a_resume():

@@ -118,6 +118,12 @@ class RungAgreement:
             return True  # nothing measured against it yet: trusted, as BOHB trusts every rung
         return rho[int(budget)] >= TRUST
 
+    def judges(self, budget: float, lowest: bool) -> bool:
+        """Whether a random trial may first be judged at `budget`: not where its ρ with the top is
+        measured below TRUST, and at the `lowest` rung only once measured at TRUST or above."""
+        rho = self.rho().get(int(budget))
+        return (rho is not None or not lowest) and (rho is None or rho >= TRUST)
+
     def weight(self, budget: float) -> float:
         """A bracket starting at `budget`: its ρ with the top clipped to [FLOOR, 1], 1 if unmeasured."""
         rho = self.rho().get(int(budget))

@@ -18,17 +18,26 @@ class AgreeingBrackets:
     bracket's first rung (ρ with the top clipped to [FLOOR, 1], 1 while unmeasured). Where epoch 1
     ranks configurations at random, most trials then start at epoch 3, and fewer good ones are
     stopped on noise before the searcher hears of them. Where every rung agrees, the draw is
-    Tune's, from the same random numbers."""
+    Tune's, from the same random numbers.
 
-    def __init__(self, *args, **kwargs):
+    `explores(trial_id)`: whether the searcher drew that trial at random (tpe.Interleaved). Such a
+    trial starts at no rung measured below fidelity.TRUST, nor at the lowest rung until that rung
+    is measured to agree: the random trials are what pulls the model off a wrong region, and judged
+    at a first epoch where flat curves beat learning ones, they were stopped before the model saw
+    them (lcbench_167149, docs/lab/strategies-log.md)."""
+
+    def __init__(self, *args, explores=None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.agreement = fidelity.RungAgreement()
+        self.agreement, self.explores = fidelity.RungAgreement(), explores
 
     def on_trial_add(self, tune_controller, trial):
         super().on_trial_add(tune_controller, trial)  # Tune's draw, from numpy's global generator
         brackets, chosen = rayinternals.asha_brackets(self), rayinternals.asha_brackets(self, of_trials=True)
         first = [min(m for m, _ in rayinternals.rungs(b)) for b in brackets]
         weights = [self.agreement.weight(f) for f in first]
+        if self.explores is not None and self.explores(trial.trial_id):
+            judged = [w * self.agreement.judges(f, lowest=f == min(first)) for f, w in zip(first, weights)]
+            weights = judged if max(judged) > 0 else weights
         tune_p = progress.tune_bracket_shares([len(rayinternals.rungs(b)) for b in brackets])
         i, best = brackets.index(chosen[trial.trial_id]), max(weights)
         # Rejection: keep Tune's draw with probability weight / the largest weight, else draw

@@ -356,10 +356,11 @@ def build(spec, budget=None):
 
         first = min(space.grace_period, spec.max_epochs)
         np.random.seed(seed + spec.extension)  # Tune draws each trial's bracket from numpy's global generator
+        searcher = tpe.searcher(space, seed, spec.max_epochs, spec.warm_points)
         scheduler = TpeBrackets(metric=space.metric, mode=space.mode, max_t=spec.max_epochs, grace_period=first,
-                         reduction_factor=space.reduction_factor,
-                         brackets=len(progress.async_brackets(first, spec.max_epochs, space.reduction_factor)))
-        search = SearcherSearch(tpe.searcher(space, seed, spec.max_epochs, spec.warm_points), more=more)
+                                reduction_factor=space.reduction_factor, explores=searcher.explores,
+                                brackets=len(progress.async_brackets(first, spec.max_epochs, space.reduction_factor)))
+        search = SearcherSearch(searcher, more=more)
         config = {}
     elif strategy in ("hyperband", "bohb", "adaptive"):
         model = None

@@ -40,7 +40,7 @@ from tuning import objectives, spaces
 from tuning import params as param_types
 from tuning.compare import peers
 from tuning.backend import mo, rayinternals
-from tuning.backend.tpewindow import RUNG_ATTR, WindowedTPE
+from tuning.backend.tpewindow import FINISHED, RUNG_ATTR, WindowedTPE
 
 
 class DefineByRun:
@@ -73,6 +73,14 @@ class Interleaved(WindowedTPE):
     def __init__(self, *args, seed: int | None = None, random_fraction: float = RANDOM_FRACTION, **kwargs):
         super().__init__(*args, seed=seed, **kwargs)
         self.turn_seed, self.random_fraction = seed, random_fraction
+        self.explored: set[int] = set()  # the numbers of the trials drawn at random, startup ones too
+
+    def before_trial(self, study, trial):
+        super().before_trial(study, trial)
+        # TPESampler's own test for its startup trials, which it draws at random.
+        starting = len(study._get_trials(deepcopy=False, states=FINISHED, use_cache=True)) < self._n_startup_trials
+        if starting or self._random_turn(trial):
+            self.explored.add(trial.number)
 
     def _random_turn(self, trial) -> bool:
         key = [trial.number] if self.turn_seed is None else [self.turn_seed, trial.number]
@@ -93,6 +101,12 @@ class PrunedAware(OptunaSearch):
     def __init__(self, *args, max_t: int, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_t = max_t
+
+    def explores(self, trial_id: str) -> bool:
+        """Whether the sampler drew `trial_id` at random (tuning/backend/agreeing.py starts it
+        past a first rung that may mislead). The trial's study's sampler: a resume replaces it."""
+        ot_trial = rayinternals.optuna_trial(self, trial_id)
+        return ot_trial is not None and ot_trial.number in getattr(ot_trial.study.sampler, "explored", ())
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
         ot_trial = rayinternals.optuna_trial(self, trial_id)
