@@ -9,7 +9,8 @@ rungs was decided: 27 proposals of LCBench's first bracket came from the prior, 
 were told only when the rung filled, and TPE's good set closed around the first few trials
 promoted on noisy early rungs (mean regret 9.0 on lcbench_126029, random search 4.0; 3.8 now,
 Optuna's TPE with its pruner 3.9: docs/strategies.md). Each trial's bracket is drawn away from a
-first rung that ranks unlike the top (tuning/backend/agreeing.py, strategies.TpeBrackets).
+first rung that ranks unlike the top (tuning/backend/agreeing.py, strategies.TpeBrackets), and a
+trial drawn at random (Interleaved.explored) starts past a first rung not yet known to agree.
 
 Optuna is told what its own HyperbandPruner would tell it (Pruned): a trial that Hyperband stopped
 before the full budget is PRUNED, with its curve as intermediate values, and only a trial that
