@@ -204,6 +204,8 @@ def test_the_tpe_searcher_tells_optuna_every_objective_and_each_constraint():
     from tuning.backend import tpe
 
     searcher = tpe.multi_objective_searcher(tradeoff_space(strategy="tpe"), seed=0, max_t=2)
+    sampler = searcher._ot_study.sampler  # a fifth at random, as with one objective (test_tpe_async.py)
+    assert isinstance(sampler, tpe.Interleaved) and sampler.by_front
     for i, mem in enumerate((3.0, 6.0)):  # the second dominates the first, over the memory bound
         searcher.suggest(str(i))
         searcher.on_trial_complete(str(i), {"loss": 0.5, "latency_ms": 2.0 - i, "peak_mem_gb": mem,

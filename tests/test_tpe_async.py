@@ -86,3 +86,20 @@ def test_a_share_of_tpe_proposals_is_drawn_at_random_whatever_the_model_believes
     assert len(far[True]) >= 10
     assert sum(far[True]) / len(far[True]) > 0.25  # random: half of them, about
     assert sum(far[False]) / len(far[False]) < 0.1
+
+
+def test_with_several_objectives_tpe_draws_a_share_at_random_too():
+    """MOTPE under tpe (tpe.MultiObjective, its sampler: test_objectives.py) is Interleaved as with
+    one objective: on two objectives whose front is one point, the model's trials close in on it
+    and the random ones do not."""
+    import optuna
+    from tuning.backend import tpe
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(directions=["minimize", "minimize"], sampler=tpe.Interleaved(seed=0, by_front=True))
+    study.optimize(lambda t: ((t.suggest_float("x", 0, 1) - 0.5) ** 2, abs(t.params["x"] - 0.5)), n_trials=150)
+    late = study.trials[50:]
+    random = {t.number for t in late if study.sampler._random_turn(t)}
+    far = {turn: [abs(t.params["x"] - 0.5) > 0.25 for t in late if (t.number in random) == turn] for turn in (True, False)}
+    assert len(far[True]) >= 10 and sum(far[True]) / len(far[True]) > 0.25
+    assert sum(far[False]) / len(far[False]) < 0.1

@@ -133,7 +133,7 @@ def searcher(space: spaces.Space, seed: int, max_t: int, points: list[dict] | No
 class MultiObjective(OptunaSearch):
     """OptunaSearch over several objectives, or under constraints: Optuna's TPE, which with several
     objectives is MOTPE (Ozaki et al., JAIR 2022: the good/bad split by non-domination rank, ties
-    broken by hypervolume contribution). Each constrained metric's amount (tuning.objectives.amounts:
+    broken by hypervolume contribution), a fifth of its trials drawn at random as with one (Interleaved). Each constrained metric's amount (tuning.objectives.amounts:
     above 0 violated) is told through Trial.set_constraint, which replaced TPESampler's
     constraints_func in Optuna 5, before the trial's values: TPE then puts every feasible trial
     before every infeasible one, and infeasible ones by their total violation (Deb's rules, as
@@ -166,5 +166,5 @@ def multi_objective_searcher(space: spaces.Space, seed: int, max_t: int,
     return MultiObjective(space=DefineByRun(space.params), metric=list(ways) if several else space.metric,
                           mode=list(ways.values()) if several else space.mode, constraints=dict(space.constraints),
                           rule=mo.Rule.of(space), max_t=max_t,
-                          sampler=WindowedTPE(seed=seed, by_front=True),
+                          sampler=Interleaved(seed=seed, by_front=True),
                           points_to_evaluate=[param_types.to_positions(space.params, p) for p in points or []] or None)
