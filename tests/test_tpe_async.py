@@ -89,14 +89,16 @@ def test_a_share_of_tpe_proposals_is_drawn_at_random_whatever_the_model_believes
 
 
 def test_with_several_objectives_tpe_draws_a_share_at_random_too():
-    """MOTPE under tpe (tpe.MultiObjective, its sampler: test_objectives.py) is Interleaved as with
-    one objective: on two objectives whose front is one point, the model's trials close in on it
-    and the random ones do not."""
+    """MOTPE under tpe (tpe.multi_objective_searcher's sampler) is interleaved as with one objective:
+    on two objectives whose front is one point, the model's trials close in on it and the random
+    ones do not."""
     import optuna
     from tuning.backend import tpe
 
+    space = tuning.spaces.load("zdt")
+    sampler = tpe.multi_objective_searcher(space, seed=0, max_t=space.max_epochs)._ot_study.sampler
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    study = optuna.create_study(directions=["minimize", "minimize"], sampler=tpe.Interleaved(seed=0, by_front=True))
+    study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
     study.optimize(lambda t: ((t.suggest_float("x", 0, 1) - 0.5) ** 2, abs(t.params["x"] - 0.5)), n_trials=150)
     late = study.trials[50:]
     random = {t.number for t in late if study.sampler._random_turn(t)}

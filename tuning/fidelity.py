@@ -121,8 +121,7 @@ class RungAgreement:
     def judges(self, budget: float, lowest: bool) -> bool:
         """Whether a random trial may first be judged at `budget`: not where its ρ with the top is
         measured below TRUST, and at the `lowest` rung only once measured at TRUST or above."""
-        rho = self.rho().get(int(budget))
-        return (rho is not None or not lowest) and (rho is None or rho >= TRUST)
+        return self.trusted(budget) and (not lowest or int(budget) in self.rho())
 
     def weight(self, budget: float) -> float:
         """A bracket starting at `budget`: its ρ with the top clipped to [FLOOR, 1], 1 if unmeasured."""

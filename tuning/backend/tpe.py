@@ -133,12 +133,13 @@ def searcher(space: spaces.Space, seed: int, max_t: int, points: list[dict] | No
 class MultiObjective(OptunaSearch):
     """OptunaSearch over several objectives, or under constraints: Optuna's TPE, which with several
     objectives is MOTPE (Ozaki et al., JAIR 2022: the good/bad split by non-domination rank, ties
-    broken by hypervolume contribution), a fifth of its trials drawn at random as with one (Interleaved). Each constrained metric's amount (tuning.objectives.amounts:
-    above 0 violated) is told through Trial.set_constraint, which replaced TPESampler's
-    constraints_func in Optuna 5, before the trial's values: TPE then puts every feasible trial
-    before every infeasible one, and infeasible ones by their total violation (Deb's rules, as
-    tuning.objectives ranks the tables). A trial stopped below max_t is told as pruned, with where it
-    stopped and its point there as RUNG_ATTR (tpewindow.pruned_by_front orders them)."""
+    broken by hypervolume contribution), a fifth of its trials drawn at random as with one
+    (Interleaved). Each constrained metric's amount (tuning.objectives.amounts: above 0 violated)
+    is told through Trial.set_constraint, which replaced TPESampler's constraints_func in Optuna 5,
+    before the trial's values: TPE then puts every feasible trial before every infeasible one, and
+    infeasible ones by their total violation (Deb's rules, as tuning.objectives ranks the tables).
+    A trial stopped below max_t is told as pruned, with where it stopped and its point there as
+    RUNG_ATTR (tpewindow.pruned_by_front orders them)."""
 
     def __init__(self, *args, constraints: dict, rule: mo.Rule, max_t: int, **kwargs):
         super().__init__(*args, **kwargs)
