@@ -40,6 +40,12 @@ print(json.dumps({"prestarted": sorted(prestarted),
 """
 
 
+def _trial_workers(env) -> dict:
+    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=240, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.parametrize("shell", [{}, {"AWS_ACCESS_KEY_ID": "from-the-shell"}], ids=["plain", "aws-credentials"])
 def test_trial_actors_run_in_the_workers_ray_prestarted_with_tunes_environment(shell):
     # Tune copies the driver's AWS credentials into each trial actor's runtime env; a CI machine that
@@ -48,9 +54,16 @@ def test_trial_actors_run_in_the_workers_ray_prestarted_with_tunes_environment(s
 
     env = {k: v for k, v in os.environ.items() if k not in ENV_VARS_TO_PROPAGATE}
     env.update(shell, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=240, env=env)
-    assert out.returncode == 0, out.stderr[-3000:]
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert len(seen["prestarted"]) >= 2 and len(seen["trials"]) == 2
-    assert all(t["pid"] in seen["prestarted"] for t in seen["trials"]), seen
-    assert all(t["pl_disable_fork"] == 1 for t in seen["trials"]), seen
+    # Whether the raylet hands the first trial an idle worker or one it starts is a race it usually
+    # loses only on a loaded machine (once in CI, beside another test module: both trials in a fresh
+    # worker). So up to three fresh Rays: without prestarted_workers() every one of them starts a
+    # worker for the trials, as the trial actors' runtime env matches no idle worker.
+    tries = []
+    for _ in range(3):
+        seen = _trial_workers(env)
+        tries.append(seen)
+        assert len(seen["prestarted"]) >= 2 and len(seen["trials"]) == 2, seen
+        assert all(t["pl_disable_fork"] == 1 for t in seen["trials"]), seen
+        if all(t["pid"] in seen["prestarted"] for t in seen["trials"]):
+            return
+    pytest.fail(f"no try ran its trials in the workers Ray prestarted: {tries}")
