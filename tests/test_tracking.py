@@ -38,14 +38,20 @@ class Server:
     waits until /health answers."""
 
     def __init__(self, root: Path):
-        self.root, self.ready = root, False
+        self.root, self.ready, self.tries = root, False, 0
+        self._start()
+
+    def _start(self) -> None:
+        self.tries += 1
+        if self.tries > 1:
+            self.log.close()
         self._url = f"http://127.0.0.1:{_free_port()}"
-        self.log = open(root / "server.log", "w")
+        self.log = open(self.root / "server.log", "w")
         # Its GenAI job runner (seven more processes) is of no use here and slows the start.
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{root}/mlflow.db",
-             "--default-artifact-root", str(root / "artifacts"), "--host", "127.0.0.1",
+            [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{self.root}/mlflow.db",
+             "--default-artifact-root", str(self.root / "artifacts"), "--host", "127.0.0.1",
              "--port", self._url.rsplit(":", 1)[1], "--workers", "1"],
             stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
@@ -53,8 +59,12 @@ class Server:
     def url(self) -> str:
         deadline = time.monotonic() + 240
         while not self.ready:
-            assert self.proc.poll() is None and time.monotonic() < deadline, \
-                (self.root / "server.log").read_text()[-3000:]
+            said = (self.root / "server.log").read_text()
+            if self.proc.poll() is not None and self.tries < 3 and any(
+                    m in said.lower() for m in ("address already in use", "connection in use")):
+                self._start()  # the free port was taken before the server bound it (a Ray beside it)
+                continue
+            assert self.proc.poll() is None and time.monotonic() < deadline, said[-3000:]
             try:
                 self.ready = urllib.request.urlopen(f"{self._url}/health", timeout=2).status == 200
             except OSError:
@@ -245,10 +255,14 @@ def test_a_comparison_is_one_parent_with_a_run_per_strategy_and_seed(server, tmp
 def test_an_unreachable_server_is_refused_before_anything_starts(capsys, tmp_path):
     pytest.importorskip("mlflow")
     folder = tmp_path / "r"
-    url = f"http://127.0.0.1:{_free_port()}"
-    started = time.monotonic()
-    refused(capsys, run.main, ["--space", "counting_ones", "--smoke", "--results-dir", str(folder), "--mlflow", url],
-            f"--mlflow {url}: no tracking server or database answers there")
+    # Bound but not listening, for the whole call: connections are refused, and no other process
+    # (another test's Ray or server) can take the port meanwhile and answer.
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{held.getsockname()[1]}"
+        started = time.monotonic()
+        refused(capsys, run.main, ["--space", "counting_ones", "--smoke", "--results-dir", str(folder),
+                                   "--mlflow", url], f"--mlflow {url}: no tracking server or database answers there")
     assert not folder.exists()  # checked before the results dir (and so before Ray)
     assert time.monotonic() - started < 60
 
