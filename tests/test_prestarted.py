@@ -54,10 +54,10 @@ def test_trial_actors_run_in_the_workers_ray_prestarted_with_tunes_environment(s
 
     env = {k: v for k, v in os.environ.items() if k not in ENV_VARS_TO_PROPAGATE}
     env.update(shell, PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    # Whether the raylet hands the first trial an idle worker or one it starts is a race it usually
-    # loses only on a loaded machine (once in CI, beside another test module: both trials in a fresh
-    # worker). So up to three fresh Rays: without prestarted_workers() every one of them starts a
-    # worker for the trials, as the trial actors' runtime env matches no idle worker.
+    # Whether the raylet hands the first trial an idle worker or starts one is a race that only a
+    # loaded machine has been seen to lose (once in CI, beside another test module: both trials in
+    # a fresh worker). So up to three fresh Rays: without prestarted_workers() every one of them
+    # starts a worker for the trials, as the trial actors' runtime env matches no idle worker.
     tries = []
     for _ in range(3):
         seen = _trial_workers(env)
