@@ -32,7 +32,7 @@ def runs(tmp_path_factory):
                 results_dir=tmp_path_factory.mktemp(strategy), budget_iterations=BUDGET * MAX_T, progress=False,
                 snapshot_every_step=False, callbacks=[rec], on_search=lambda a, s, got=got: got.update(search=a, hb=s))
             backend.run(spec)
-            out[strategy] = {**got, "rows": rec.rows}
+            out[strategy] = {**got, "rows": rec.rows, "starts": dict(rec.starts)}
     finally:
         ray.shutdown()
     return out
@@ -76,6 +76,17 @@ def test_trials_pass_the_rungs_successive_halving_prescribes(runs, strategy):
             n, r = math.ceil(n / ETA), r * ETA
         # nobody stops between rungs: every trial ends on a rung of its bracket
         assert {reached[t] for t in b["trials"]} <= {b["r0"] * ETA ** k for k in range(b["s"] + 1)}
+
+
+@pytest.mark.parametrize("strategy", ["bohb", "hyperband"])
+def test_trials_are_made_as_they_start_and_start_in_bracket_order(runs, strategy):
+    """Tune keeps up to 200 trials of a random generator pending, each in a bracket a band or more
+    ahead, and starts them in no fixed order; Hyperband's random proposals now come one at a time,
+    as BOHB's: at most one trial waits, and trials start in the order the brackets took them."""
+    given = [t for b in runs[strategy]["hb"].brackets() for t in b["trials"]]
+    starts = runs[strategy]["starts"]
+    assert len(given) - len(starts) <= 1, f"{len(given) - len(starts)} trials made and never started"
+    assert sorted(starts, key=starts.get) == [t for t in given if t in starts]
 
 
 def test_bohb_model_gets_every_rung_result_once_full_budget_included(runs):

@@ -18,6 +18,13 @@ search and Hyperband (Ray issue #12536, closed unfixed; #5775, #9245 report the 
    both wait, and Ray's fallback (decide once nothing runs) never comes while other brackets run.
    `PaperHyperBand.choose_trial_to_run` decides such a rung at the next free slot.
 
+And one of Tune's: it keeps up to 200 trials of a random variant generator pending (for a
+cluster's autoscaler), against one for a searcher such as BOHB's. With Hyperband each is assigned
+to a bracket when made, a band or more ahead, and Tune starts pending trials in no fixed order (a
+cached actor goes to any of them): a later band's trials ran while an earlier bracket's waited,
+and where a budget ended the run, which trials had run varied (counting ones: 704 to 733).
+`has_unstarted` lets RandomSearch make its next trial only once the last has started, as BOHB's.
+
 BOHB's model (PaperBOHB, fed through PaperHyperBand's observe hook) is in tuning/backend/bohb.py.
 
 Brackets are opened largest first within a band (s = s_max ... 0), then a new band starts, with
@@ -28,6 +35,7 @@ r0 = max_t * eta^-s: 81/34/15/8/5 trials starting at 1/3/9/27/81 for max_t 81, e
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import Callable
 
 from ray.tune.experiment import Trial
@@ -83,6 +91,7 @@ class PaperHyperBand(rayinternals.HyperBand):
         super().__init__(*args, **kwargs)
         self._observe, self.rule = observe, rule
         self._observed: set[tuple[str, float]] = set()
+        self._unstarted: deque[Trial] = deque()  # trials given to it, in order, until each starts
 
     def create_bracket(self, s: int) -> QuotaBracket:
         return QuotaBracket(**self.bracket_settings(s), s=s, band=self.band, rule=self.rule)
@@ -91,6 +100,13 @@ class PaperHyperBand(rayinternals.HyperBand):
         if trial.status in (Trial.TERMINATED, Trial.ERROR):
             return
         super().on_trial_add(tune_controller, trial)
+        self._unstarted.append(trial)
+
+    def has_unstarted(self) -> bool:
+        """Whether a trial it was given is still PENDING, never started (module docstring)."""
+        while self._unstarted and self._unstarted[0].status != Trial.PENDING:
+            self._unstarted.popleft()
+        return bool(self._unstarted)
 
     def on_trial_result(self, tune_controller, trial: Trial, result: dict) -> str:
         bracket, _ = self.trial_brackets[trial]

@@ -208,8 +208,10 @@ class RandomSearch(BasicVariantGenerator):
         return super().is_finished() and (self._scheduler is None or self._scheduler.all_finished())
 
     def next_trial(self):
-        # Whether to make another trial is the generator's own count, not is_finished above.
-        return None if BasicVariantGenerator.is_finished(self) else super().next_trial()
+        # Whether to make another trial is the generator's own count, not is_finished above; under
+        # Hyperband, one trial waits to start at a time (tuning/backend/hyperband.py).
+        waits = getattr(self._scheduler, "has_unstarted", lambda: False)()
+        return None if waits or BasicVariantGenerator.is_finished(self) else super().next_trial()
 
 
 class Whole:
