@@ -132,12 +132,10 @@ def test_a_failing_rank_fails_the_trial_with_its_error():
 
 
 @pytest.mark.slow  # make test-all; default suite: a failing rank fails its trial
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(60)  # the ranks' 5 s timeout ends it; without it the stalled rank hangs the test
 def test_a_stalled_rank_times_out_instead_of_hanging():
-    started = time.monotonic()
     with pytest.raises(distributed.RankFailed, match="rank 0 failed"):
         distributed.run(ddp_helpers.stall_rank_1, {}, world_size=2, timeout_s=5)
-    assert time.monotonic() - started < 60
 
 
 @pytest.mark.slow  # make test-all; default suite: the two-rank tests

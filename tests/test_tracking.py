@@ -252,6 +252,7 @@ def test_a_comparison_is_one_parent_with_a_run_per_strategy_and_seed(server, tmp
 
 # ---------------------------------------------------------------- bad input: one line, exit 2
 
+@pytest.mark.timeout(60)  # refused at once: with MLflow's own retries and timeouts it took minutes
 def test_an_unreachable_server_is_refused_before_anything_starts(capsys, tmp_path):
     pytest.importorskip("mlflow")
     folder = tmp_path / "r"
@@ -260,11 +261,9 @@ def test_an_unreachable_server_is_refused_before_anything_starts(capsys, tmp_pat
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{held.getsockname()[1]}"
-        started = time.monotonic()
         refused(capsys, run.main, ["--space", "counting_ones", "--smoke", "--results-dir", str(folder),
                                    "--mlflow", url], f"--mlflow {url}: no tracking server or database answers there")
     assert not folder.exists()  # checked before the results dir (and so before Ray)
-    assert time.monotonic() - started < 60
 
 
 @pytest.mark.parametrize("uri,needle", [
