@@ -25,7 +25,7 @@ test-all: $(VENV)/.installed
 	$(PY) -m pytest -m "" $(XDIST) $(ARGS)
 	$(call ALONE,alone)
 
-# Every GPU measurement in one go (README: GPU check); without a GPU, the CPU side and exit 0.
+# Every GPU measurement in one go (docs/performance.md, GPU check); without a GPU, the CPU side and exit 0.
 gpu-check: $(VENV)/.installed
 	$(PY) -m tuning.bench.gpucheck $(ARGS)
 

@@ -88,7 +88,7 @@ def test_cifar_trials_train_in_processes_forked_from_the_nodes_server(asha_run):
 
 
 def test_tune_per_trial_loggers_are_off_without_the_flag(asha_run):
-    # They cost time with many short trials (README: Performance); --tune-logs turns them on.
+    # They cost time with many short trials (docs/performance.md); --tune-logs turns them on.
     _, results = asha_run
     assert list((results / "tune").glob("*/checkpoint_*"))
     for pattern in ("*/progress.csv", "*/result.json", "*/events.out.tfevents.*"):

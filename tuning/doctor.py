@@ -149,7 +149,7 @@ def check_ray(backend, address: str | None) -> tuple[list[dict], dict | None]:
         backend.start_ray(address=address)
         info = backend.cluster_info()
     except backend.ClusterError as exc:
-        return [_line(FAIL, "ray", str(exc), "see README, Running on a Ray cluster")], None
+        return [_line(FAIL, "ray", str(exc), "see docs/cluster.md")], None
     alive = [n for n in info["nodes"] if n["alive"]]
     r = info["resources"]
     where = f"cluster at {info['address']}" if address else "local Ray"
@@ -167,7 +167,7 @@ def check_data(data_dir: Path) -> list[dict]:
         return [_line(OK, "data", f"real CIFAR-10 in {data_dir}, every file's md5 verified")]
     if (data_dir / "cifar-10-batches-py").exists():
         return [_line(FAIL, "data", f"{problems[0]} ({len(problems)} problem(s))",
-                      "delete cifar-10-batches-py and copy or download CIFAR-10 again (see README)")]
+                      "delete cifar-10-batches-py and copy or download CIFAR-10 again (docs/data.md)")]
     return [_line(WARN, "data", f"no CIFAR-10 in {data_dir}: runs download it if they can, else use "
                   "synthetic images (accuracies then say nothing about CIFAR-10)",
                   f"unpack cifar-10-python.tar.gz into {data_dir}")]

@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results-dir", help="where results go (default results/<space>-<start time>)")
     p.add_argument("--address", metavar="auto|HOST:PORT",
                    help="run on the Ray cluster there (auto: the one started on this machine with `ray start`) "
-                        "instead of starting a local Ray; see README, Running on a Ray cluster")
+                        "instead of starting a local Ray; see docs/cluster.md")
     p.add_argument("--storage-path", metavar="DIR|URI", type=cli.storage_path,
                    help="where Tune keeps the experiment and trial checkpoints: a folder every node reaches "
                         "(NFS) or a URI pyarrow opens (s3://bucket/path); default: RESULTS_DIR/tune. "
@@ -93,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "checkpoint, before marking it failed (default 2)")
     p.add_argument("--tune-logs", action="store_true",
                    help="also write Tune's own per-trial logs (TensorBoard events, progress.csv, result.json) "
-                        "to each trial's folder; with many short trials they cost time (README: Performance)")
+                        "to each trial's folder; with many short trials they cost time (docs/performance.md)")
     p.add_argument("--worker-logs", action="store_true",
                    help="forward trial processes' output (Ray's INFO lines included) to this terminal")
     p.add_argument("--mlflow", nargs="?", const=True, metavar="URI",

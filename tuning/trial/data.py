@@ -106,14 +106,14 @@ def prepare(kind: str, data_dir: str | os.PathLike, *, seed: int = 0, synthetic_
         problems = cifar10_problems(data_dir)
         if (data_dir / _cifar10().base_folder).exists() and problems:  # there, but damaged: never fall back quietly
             raise DataError(f"{problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}: "
-                            "delete it and copy or download CIFAR-10 again (see README)")
+                            "delete it and copy or download CIFAR-10 again (docs/data.md)")
         if fetch_cifar10(data_dir):
             return DataSource("cifar10", str(data_dir))
         if kind == "cifar10":
             why = f"downloads are off ({NO_DOWNLOAD_ENV}=1)" if downloads_refused() else "it cannot be downloaded"
             raise DataError(
                 f"CIFAR-10 not found under {data_dir}/cifar-10-batches-py and {why}: "
-                f"copy cifar-10-python.tar.gz there and unpack it (see README), or use --data synthetic")
+                f"copy cifar-10-python.tar.gz there and unpack it (docs/data.md), or use --data synthetic")
     elif kind != "synthetic":
         raise DataError(f"unknown data kind {kind!r}: use auto, cifar10 or synthetic")
     root = synthetic_root(data_dir, seed=seed, n_train=synthetic_train, n_test=synthetic_test)
