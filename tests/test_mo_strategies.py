@@ -213,6 +213,12 @@ def test_a_trial_past_the_bound_of_a_growing_metric_stops_there(ray_here, tmp_pa
     record = json.loads((tmp_path / "r" / "run.json").read_text())
     assert record["declaration"]["constraints"] == {"peak_mem_gb": ["<=", 4.0, "grows"]}
     assert not result.pareto.empty and (result.pareto["peak_mem_gb"] <= 4).all()
+    trials = result.trials
+    stopped = trials[(trials["peak_mem_gb"] > 4) & (trials["epochs"] < 4)]
+    assert len(stopped) == early and stopped["stopped_early"].all()  # random's FIFO stops these too
+    assert record["stopped_early"] == trials["stopped_early"].sum() >= early
+    if strategy == "random":  # nothing else stops a trial there
+        assert trials["stopped_early"].sum() == early
 
 
 def test_without_the_declaration_a_trial_past_the_bound_trains_on(ray_here, tmp_path):

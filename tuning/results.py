@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from tuning import atomic
+from tuning import atomic, objectives
 
 log = logging.getLogger(__name__)
 
@@ -160,10 +160,12 @@ def epochs_table(records: list[TrialRecord], params: list[str], metric: str = "l
 
 
 def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str, max_epochs: int,
-                 metric: str = "loss", mode: str = "min", cpus: float = 0, gpus: float = 0) -> pd.DataFrame:
+                 metric: str = "loss", mode: str = "min", cpus: float = 0, gpus: float = 0,
+                 constraints: dict | None = None) -> pd.DataFrame:
     """One row per trial: its hyperparameters, every metric's final value and, where its direction
     is known (direction), its best one, epochs, status, time, and device-hours (the trial's
-    resources, `cpus` and `gpus`, times its running time)."""
+    resources, `cpus` and `gpus`, times its running time). `constraints`: the space's, for the
+    trials stopped past a bound on a metric that only grows."""
     keys = metric_keys(records, metric)
     ways = {k: direction(k, metric, mode) for k in keys}
     cells = config_cells(records, params)
@@ -184,9 +186,10 @@ def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str
             "epochs": epochs,
             "world_size": last.get("world_size", 1),
             "status": rec.status,
-            # Terminated before the full budget: the scheduler (ASHA) stopped it. Grid and random have
-            # none that stops trials (FIFO): a trial that ended sooner ended itself.
-            "stopped_early": finished and epochs < max_epochs and strategy not in ("grid", "random"),
+            # Terminated before the full budget: the scheduler stopped it. Under grid and random (FIFO)
+            # only a metric that only grows, past its bound, stops one; any other ended itself.
+            "stopped_early": finished and epochs < max_epochs and (
+                strategy not in ("grid", "random") or objectives.grown_past(last, constraints or {}) is not None),
             # Epochs after which the trial was paused and later resumed from its checkpoint
             # (Hyperband rungs under BOHB), e.g. "1;3".
             "resumed_at": ";".join(map(str, resumed)),

@@ -93,7 +93,8 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
     params = list(space.params)
     res = record.resources_per_trial
     trials = results.trials_table(records, params, strategy=record.strategy, max_epochs=record.max_epochs,
-                                  metric=space.metric, mode=space.mode, cpus=res.cpu, gpus=res.gpu)
+                                  metric=space.metric, mode=space.mode, cpus=res.cpu, gpus=res.gpu,
+                                  constraints=space.constraints)
     trials = objectives.annotate(trials, space, record.max_epochs)  # several objectives: feasibility, rank
     epochs = results.epochs_table(records, params, space.metric)
     results.write_tables(results_dir, trials, epochs)

@@ -344,7 +344,7 @@ def _tables_from_records(records: list[TrialRecord], plan: RunRecord) -> tuple[p
     decls, metric, mode = searched(plan)
     params = list(decls)
     trials = results.trials_table(records, params, strategy=plan.strategy, max_epochs=plan.max_epochs,
-                                  metric=metric, mode=mode)
+                                  metric=metric, mode=mode, constraints=(plan.declaration or {}).get("constraints"))
     return trials, results.epochs_table(records, params, metric)
 
 
