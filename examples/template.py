@@ -36,7 +36,7 @@ def train(*, lr, weight_decay, epochs, state=None, on_epoch, seed=0, device="cpu
 SPACE = Space(
     params={"lr": LogUniform(1e-3, 1.0),  # full-batch AdamW on 10 features: from slow to unstable
             "weight_decay": LogUniform(1e-5, 1e-1)},  # from none to enough to pull the weights in
-    trainer=train, metric="mse", mode="min", strategy="asha", max_epochs=50, num_samples=16, gpus_per_trial=0)
+    trainer=train, metric="mse", mode="min", max_epochs=50, num_samples=16, gpus_per_trial=0)
 
 if __name__ == "__main__":
     result = tuning.search(train, SPACE, smoke="--smoke" in sys.argv)

@@ -87,10 +87,10 @@ def test_the_readme_trainer_keeps_the_contract():
 
     readme = (ROOT / "README.md").read_text()
     block = next(b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if "def train(" in b)
-    assert "tuning.search(train, space)" in block
-    scope = {}
-    exec(compile(block.split("result = tuning.search(")[0], "README.md", "exec"), scope)
-    train, space = scope["train"], scope["space"]
+    assert "tuning.search(train, SPACE)" in block and 'if __name__ == "__main__":' in block
+    scope = {"__name__": "readme"}  # as `--space file.py` loads it: the space, and no search
+    exec(compile(block, "README.md", "exec"), scope)
+    train, space = scope["train"], scope["SPACE"]
     contract.check_signature(train, "train", list(space.params), list(space.fixed))
     paused, states, straight = [], [], []
     keep = lambda m, s: (paused.append(m), states.append(s))  # noqa: E731
