@@ -81,7 +81,7 @@ def test_malformed_space(capsys, workdir, case):
     (["--space", "counting_ones", "--add-samples", "3"], ["--add-samples needs --resume DIR"]),
     (["--space", "counting_ones", "--warm-start-top", "2"], ["--warm-start-top needs --warm-start DIR"]),
     (["--space", "counting_ones", "--warm-start", "/no/such/run"],
-     ["--warm-start /no/such/run: not a tuning.run results"]),
+     ["--warm-start: /no/such/run: no such folder; give the results dir of a tuning.run"]),
     (["--space", "counting_ones", "--strategy", "grid", "--warm-start", "/no/such/run"],
      ["grid search walks its fixed"]),
 ])
@@ -132,6 +132,14 @@ def test_resume_of_a_missing_dir(capsys, workdir):
 
 def test_resume_of_a_dir_that_is_no_experiment(capsys, workdir):
     _refused(capsys, ["--resume", str(workdir / "earlier")], workdir, "not a tuning.run results dir")
+
+
+@pytest.mark.parametrize("flags", [["--warm-start", "x"], ["--warm-start-top", "2"]])
+def test_resume_refuses_the_flags_of_a_warm_start(capsys, workdir, flags):
+    # A resumed run keeps its warm start; --warm-start-top alone was once ignored without a word.
+    _run_json(workdir / "earlier", "interrupted")
+    _refused(capsys, ["--resume", str(workdir / "earlier"), *flags], workdir,
+             "--warm-start starts a new run: it cannot be given with --resume")
 
 
 def test_resume_of_a_finished_experiment(capsys, workdir):

@@ -61,9 +61,9 @@ def earlier_runs(dirs: list[str], space: spaces.Space) -> list[Run]:
     for d in dirs:
         folder = Path(d).absolute()
         try:
-            rec = records.read(folder)
-        except records.RecordError as exc:
-            raise UsageError(f"--warm-start {folder}: not a tuning.run results dir ({exc})") from None
+            rec = records.read(folder, "--warm-start")
+        except records.RecordError as exc:  # it names the flag, the folder and why
+            raise UsageError(str(exc)) from None
         if space.name and rec.space and rec.space != space.name:
             raise UsageError(f"--warm-start {folder}: a run of space {rec.space!r}, not {space.name!r}; "
                              "warm-start from runs of the same space")

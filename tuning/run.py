@@ -193,8 +193,8 @@ def _main(argv: list[str]) -> int:
         if args.objective or args.constraint:
             raise UsageError("--objective and --constraint start a new run: a resumed run keeps the objectives it "
                              "was started with")
-        if args.warm_start:
-            raise UsageError("--warm-start starts a new run: it cannot be given with --resume")
+        if args.warm_start or args.warm_start_top is not None:
+            raise UsageError("--warm-start starts a new run: it cannot be given with --resume (nor --warm-start-top)")
         result = api.resume(args.resume, add_samples=args.add_samples, time_budget=args.time_budget,
                             address=args.address, worker_logs=args.worker_logs, trainer=args.trainer,
                             mlflow=args.mlflow, mlflow_experiment=args.mlflow_experiment)
