@@ -169,13 +169,12 @@ def test_time_budget_counts_running_time_only_across_an_interruption(tmp_path):
     first = json.loads((out / "run.json").read_text())
     assert first["status"] == "interrupted" and 8 <= first["time_used_s"] < 20
     time.sleep(30)  # downtime: must not count
-    started = time.monotonic()
     resumed = _ok(run_cli("--resume", str(out)))
     plan = json.loads((out / "run.json").read_text())
     assert plan["status"] == "time budget spent" and "Time budget spent" in resumed.stdout
-    # Stopped within an epoch of 20 s: 1 s of CPU work, plus its reporting, on a busy machine.
+    # Stopped within an epoch of 20 s: 1 s of CPU work, plus its reporting, on a busy machine. Had the
+    # 30 s of downtime counted it would be 38 s or more; had the resume spent 20 s more, 28 s or more.
     assert 20 <= plan["time_used_s"] <= 20 + 5, resumed.stdout[-3000:]
-    assert time.monotonic() - started < 30 + (20 - first["time_used_s"])  # the resume ran only what was left
     trials = pd.read_csv(out / "trials.csv")
     assert (trials["epochs"] < 3).any()
     # What a later --resume or --add-samples starts from: Tune's saved experiment keeps the trials

@@ -145,7 +145,7 @@ RAY_PRIVATE_NAMES = {
     "_Bracket", "_create_bracket", "_get_n0", "_get_r0", "_s_max_1", "_trial_info", "_hyperbands",
     "_process_bracket", "_live_trials", "_all_trials", "_cumul_r", "_rungs", "_brackets", "_metric_op",
     "_time_attr", "_max_t_attr", "_on_insufficient_samples", "_unpause_trial", "_stop_last_trials",
-    "_BOHBJobWrapper", "_setup_bohb", "_bohb_config",
+    "_BOHBJobWrapper", "_setup_bohb", "_bohb_config", "_set_trial_status",
 }
 
 

@@ -91,6 +91,18 @@ def test_tune_controller_save_to_dir_writes_what_ours_writes(controller):
     assert ours == theirs
 
 
+def test_pending_trials_held_paused_are_out_of_the_queue_tune_starts_by_itself(controller):
+    # What budget.TimeGate relies on: Tune stages and starts every trial in _pending_trials without
+    # asking the scheduler; a PAUSED one only when the scheduler's choose_trial_to_run returns it.
+    from ray.tune.experiment import Trial
+
+    [trial] = controller.get_trials()
+    assert trial.status == Trial.PENDING and trial in controller._pending_trials
+    rayinternals.mark_paused(controller._wrapped(), trial)  # as a scheduler is handed the controller
+    assert trial.status == Trial.PAUSED and trial in controller._paused_trials
+    assert not controller._pending_trials and not any(controller._resources_to_pending_trials.values())
+
+
 def test_training_run_metadata_update_metric_keeps_statistics_only_for_numbers_read():
     empty = inspect.Parameter.empty
     assert _params(_TrainingRunMetadata.update_metric) == [("self", empty), ("metric", empty), ("value", empty),

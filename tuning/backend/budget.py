@@ -18,6 +18,8 @@ from ray.tune import Callback
 from ray.tune.experiment import Trial
 from ray.tune.schedulers.trial_scheduler import TrialScheduler
 
+from tuning.backend import rayinternals
+
 log = logging.getLogger(__name__)
 
 SAVE_EVERY_S = 5.0  # how often the time used so far is written down (a SIGKILL loses at most this)
@@ -58,6 +60,13 @@ class TimeGate:
 
     def choose_trial_to_run(self, tune_controller, *args, **kwargs):
         if self.budget is not None and self.budget.spent():
+            # Not only what this returns: Tune starts PENDING trials by itself (every one a search
+            # made ahead, up to 200, or a resume restored), each for an epoch before it was paused.
+            for trial in tune_controller.get_trials():
+                if trial.status == Trial.PENDING:
+                    tune_controller.pause_trial(trial, should_checkpoint=False)  # withdraws an actor asked for
+                    if trial.status == Trial.PENDING:  # none was
+                        rayinternals.mark_paused(tune_controller, trial)
             return None
         return super().choose_trial_to_run(tune_controller, *args, **kwargs)
 

@@ -1,14 +1,10 @@
-"""Every use of Ray's private API in tuning, in one room: what a Ray upgrade could break.
+"""Every use of Ray's private API in tuning, in one room: what a Ray upgrade could break. Each section names what it
+patches or reads, the Ray version it was written against (WRITTEN_FOR) and why; tests/test_rayinternals.py tests
+each target against the installed Ray. Other modules never name Ray's private API (tests/test_layout.py holds that).
 
-Each section names what it patches or reads, the Ray version it was written against (WRITTEN_FOR)
-and why; tests/test_rayinternals.py has a test per target that fails when Ray changes it (name gone,
-signature or behaviour changed). Other modules call the functions and classes here, never Ray's
-private names (tests/test_layout.py holds that).
-
-On another Ray major.minor this module logs one warning at import instead of refusing to run:
-pyproject pins ``ray[tune]==2.60.*``, so another Ray is an upgrade being tried, by someone who needs
-to see what broke; a patch whose target is gone raises RayChanged (one line) when applied.
-Imported lazily by tuning.backend's modules (it imports Ray)."""
+On another Ray major.minor it logs one warning at import instead of refusing to run: pyproject pins
+``ray[tune]==2.60.*``, so another Ray is an upgrade being tried by someone who needs to see what broke; a patch whose
+target is gone raises RayChanged (one line) when applied. Imported lazily by tuning.backend (it imports Ray)."""
 
 from __future__ import annotations
 
@@ -105,11 +101,11 @@ def original(owner, name: str):
 
 
 # ---------------------------------------------------------------- the experiment snapshot
-# Ray 2.60. Why: tuning/backend/snapshots.py (a snapshot per step rewrote every trial, and a run's cost
-# grew with the square of its trials). Patched: TuneController.checkpoint and save_to_dir,
-# _TrainingRunMetadata.update_metric, air._internal.usage.tag_callbacks, which tune.run calls (importing
-# the four integrations whose names it compares cost 1.6 s per process), and
-# ExperimentAnalysis._fetch_trial_dataframes (it reads every trial's result files back; tuning never does).
+# Ray 2.60. Why: tuning/backend/snapshots.py (a snapshot per step rewrote every trial, and a run's cost grew
+# with the square of its trials). Patched: TuneController.checkpoint and save_to_dir, _TrainingRunMetadata.
+# update_metric, air._internal.usage.tag_callbacks, which tune.run calls (importing the four integrations
+# whose names it compares cost 1.6 s per process), and ExperimentAnalysis._fetch_trial_dataframes (it reads
+# every trial's result files back; tuning never does).
 # Read: the controller's _checkpoint_manager (_should_force_sync_up, _last_save_time, _last_sync_time),
 # _trials_to_cache, what save_to_dir writes (_get_trial_checkpoints, __getstate__, _start_time, _storage,
 # _search_alg, _callbacks, _session_str).
@@ -161,9 +157,8 @@ def tag_callback_counts(counts: dict[str, int]) -> None:
 
 def snapshot_patches(*, checkpoint: Callable, save_to_dir: Callable, update_metric: Callable,
                      tag_callbacks: Callable, trial_dataframes: Callable):
-    """A block (patched) in which TuneController.checkpoint, TuneController.save_to_dir,
-    _TrainingRunMetadata.update_metric, tune.run's tag_callbacks and the ExperimentAnalysis's
-    reading of the trials' result files are these."""
+    """A block (patched) in which TuneController.checkpoint and save_to_dir, _TrainingRunMetadata.update_metric,
+    tune.run's tag_callbacks and the ExperimentAnalysis's reading of the trials' result files are these."""
     return patched((TuneController, "checkpoint", checkpoint), (TuneController, "save_to_dir", save_to_dir),
                    (_TrainingRunMetadata, "update_metric", update_metric),
                    (air_usage, "tag_callbacks", tag_callbacks),
@@ -258,9 +253,9 @@ def tell_optuna(search, trial_id: str, state) -> None:
 
 
 # ---------------------------------------------------------------- Tune's searches and schedulers
-# Ray 2.60. What strategies.py, hyperband.py, bohb.py, adaptive.py, mo.py (and tuning/bench/scale.py)
-# read of Tune's searches and schedulers, and the private hooks they override, under public names.
-# Why each is used: in those modules (new trials, rungs rebuilt, brackets that close, BOHB's model).
+# Ray 2.60. What strategies.py, hyperband.py, bohb.py, adaptive.py, mo.py, budget.py (and bench/scale.py) read
+# and set of Tune's searches and schedulers, and the private hooks they override, under public names.
+# Why each is used: in those modules (new trials, rungs rebuilt, brackets that close, BOHB's model, the budget).
 
 
 def adopt(obj, cls: type, **attrs) -> None:
@@ -313,6 +308,11 @@ def asha_brackets(scheduler, of_trials: bool = False):
 def rungs(bracket) -> list[tuple[float, dict]]:
     """An ASHA bracket's rungs: (milestone, {trial id: sign * value}), which may be written to."""
     return bracket._rungs
+
+
+def mark_paused(tune_controller, trial) -> None:
+    """A PENDING trial PAUSED, though it never ran: Tune starts a PAUSED one only when its scheduler chooses it."""
+    tune_controller._set_trial_status(trial, trial.PAUSED)
 
 
 def median_results(scheduler) -> dict:
