@@ -282,6 +282,16 @@ def test_a_malformed_uri_is_refused(capsys, tmp_path, uri, needle):
     assert not (tmp_path / "r").exists()
 
 
+def test_a_used_results_dir_is_refused_before_a_new_mlflow_store_is_made(capsys, tmp_path):
+    pytest.importorskip("mlflow")
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "kept.txt").write_text("an earlier result")
+    refused(capsys, run.main, ["--space", "counting_ones", "--results-dir", str(tmp_path / "r"),
+                               "--mlflow", str(tmp_path / "store")], "already exists and is not empty")
+    assert not (tmp_path / "store").exists()  # the refusal leaves no new store behind either
+    assert [p.name for p in (tmp_path / "r").iterdir()] == ["kept.txt"]
+
+
 def test_an_experiment_without_mlflow_is_refused(capsys, tmp_path):
     refused(capsys, run.main, ["--space", "counting_ones", "--results-dir", str(tmp_path / "r"),
                                "--mlflow-experiment", "x"], "--mlflow-experiment needs --mlflow")

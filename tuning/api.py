@@ -109,6 +109,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         rec.trainer_epochs, rec.max_epochs = rec.max_epochs, 1
     label = Path(space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]).stem
     folder = Path(results_dir or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
+    inputs.refuse_used_results_dir(folder)  # before --mlflow may make its store
     track = tracking_store.check(mlflow, mlflow_experiment, label, folder)  # before Ray and before any file
     created = inputs.prepare_results_dir(folder)
     lock = inputs.lock(folder)

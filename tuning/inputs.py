@@ -150,15 +150,21 @@ def lock(path: Path):
     return lock
 
 
-def prepare_results_dir(path: Path) -> bool:
-    """Make sure results can be written there without touching anything already present.
-    Returns whether the folder was created now (so a later refusal can remove it)."""
-    created = not path.exists()
+def refuse_used_results_dir(path: Path) -> None:
+    """Refuse a results dir that holds anything, or that another run holds, touching nothing: checked
+    before any other input that writes (--mlflow's new store), and again as the folder is made."""
     if path.is_dir() and (path / ".lock").exists():
         lock(path).release()  # refuses if another run holds it
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         raise UsageError(f"results dir {path} already exists and is not empty: choose a new --results-dir "
                          "so no earlier result is overwritten (or --resume it if it is unfinished)")
+
+
+def prepare_results_dir(path: Path) -> bool:
+    """Make sure results can be written there without touching anything already present.
+    Returns whether the folder was created now (so a later refusal can remove it)."""
+    created = not path.exists()
+    refuse_used_results_dir(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = path / ".write-test"
