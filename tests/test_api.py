@@ -175,6 +175,15 @@ def test_a_trainer_the_workers_cannot_import(ray_here, tmp_path, capsys, monkeyp
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("trainer,why", [("no_such_module:train", "No module named 'no_such_module'"),
+                                         ("user_trainers:no_such_function", "has no attribute 'no_such_function'")])
+@pytest.mark.parametrize("by_flag", [False, True])  # the space's trainer=, or --trainer over a space's own
+def test_a_trainer_the_driver_cannot_import(tmp_path, capsys, trainer, why, by_flag):
+    argv = _argv(tmp_path, "user_trainers:scored", "--trainer", trainer) if by_flag else _argv(tmp_path, trainer)
+    refused(capsys, run.main, argv, f"trainer '{trainer}' cannot be imported", why, "importable from where you run")
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_trainer_with_the_wrong_signature(tmp_path, capsys):
     line = refused(capsys, run.main, _argv(tmp_path, "user_trainers:no_on_epoch"), "does not take on_epoch",
                    "its signature is no_on_epoch(*, lr, epochs, state=None)")
