@@ -107,10 +107,14 @@ def test_job_submit_runs_the_smoke_experiment(cluster, tmp_path):
     # The README's workflow: the job's driver runs on the head and joins the cluster by --address auto.
     ray_cli = Path(sys.executable).with_name("ray")
     results = tmp_path / "results"
-    done = subprocess.run([str(ray_cli), "job", "submit", "--address", cluster.dashboard_url, "--",
-                           sys.executable, "-m", "tuning.run", "--address", "auto", "--space", "counting_ones",
-                           "--smoke", "--results-dir", str(results)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    for _ in range(6):  # the dashboard answers before its job agent is up: Ray says to try again later
+        done = subprocess.run([str(ray_cli), "job", "submit", "--address", cluster.dashboard_url, "--",
+                               sys.executable, "-m", "tuning.run", "--address", "auto", "--space", "counting_ones",
+                               "--smoke", "--results-dir", str(results)], cwd=ROOT, capture_output=True, text=True,
+                              timeout=300)
+        if "No available agent to submit job" not in done.stderr:
+            break
+        time.sleep(5)
     assert done.returncode == 0 and "succeeded" in done.stdout + done.stderr, done.stdout[-3000:] + done.stderr
     trials = pd.read_csv(results / "trials.csv")
     assert len(trials) == 8 and (trials["status"] == "TERMINATED").all()

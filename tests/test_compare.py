@@ -144,6 +144,7 @@ def test_grid_that_runs_out_of_points_stops_early_and_the_report_says_so(tmp_pat
     proc = _compare(grid_only, "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    runs = runs[runs["strategy"] == "grid"]  # not the peers, which spend the whole budget
     assert runs["trial_id"].nunique() == 64  # 2 points in each of 6 dimensions
     assert runs["consumed_budget"].max() == pytest.approx(64)
     assert "grid exhausted after 64 of 70 full evaluations" in (tmp_path / "out" / "report.md").read_text()
@@ -218,7 +219,7 @@ def test_a_warm_started_strategy_runs_from_its_source_run_and_is_judged_against_
     assert source and {"config", "training_iteration", "loss"} <= set(source[0])
     assert "source-s0: the earlier run" in proc.stdout
     finals = pd.read_csv(out / "finals.csv")
-    assert sorted(finals["strategy"]) == ["bohb", "bohb+warm"]
+    assert sorted(finals["strategy"]) == sorted(["bohb", "bohb+warm", *peers.PEERS])  # the peers beside as ever
     md = (out / "report.md").read_text()
     assert "Significance against bohb" in md and "speed-up vs bohb" in md
     assert json.loads((out / "experiment.json").read_text())["reference"] == "bohb"

@@ -212,7 +212,10 @@ def test_a_trial_past_the_bound_of_a_growing_metric_stops_there(ray_here, tmp_pa
     assert early >= 1, "the seed must draw a trial whose memory passes the bound before the last epoch"
     record = json.loads((tmp_path / "r" / "run.json").read_text())
     assert record["declaration"]["constraints"] == {"peak_mem_gb": ["<=", 4.0, "grows"]}
-    assert not result.pareto.empty and (result.pareto["peak_mem_gb"] <= 4).all()
+    assert (result.pareto["peak_mem_gb"] <= 4).all()
+    # ASHA promotes by the results its rung has seen so far, two trials at a time: in some orders of
+    # arrival none of the 8 reaches the full budget within the bound, and its front is empty.
+    assert strategy == "asha" or not result.pareto.empty
     trials = result.trials
     stopped = trials[(trials["peak_mem_gb"] > 4) & (trials["epochs"] < 4)]
     assert len(stopped) == early and stopped["stopped_early"].all()  # random's FIFO stops these too
