@@ -33,6 +33,7 @@ class TimeBudget:
         self._started = time.monotonic()
         self._saved_at = 0.0
         self._stopped_at: float | None = None
+        self.held = False  # the scheduler's gate has marked the waiting trials PAUSED since it was spent
 
     def used(self) -> float:
         return self.used_before + (self._stopped_at or time.monotonic()) - self._started
@@ -67,6 +68,7 @@ class TimeGate:
                     tune_controller.pause_trial(trial, should_checkpoint=False)  # withdraws an actor asked for
                     if trial.status == Trial.PENDING:  # none was
                         rayinternals.mark_paused(tune_controller, trial)
+            self.budget.held = True
             return None
         return super().choose_trial_to_run(tune_controller, *args, **kwargs)
 
@@ -85,7 +87,9 @@ class StopWhenSpent(Callback):
 
     def on_step_end(self, iteration: int, trials: list, **info):
         self.budget.save()
-        if self.stopped or not self.budget.spent():
+        # Not before the gate has held the waiting trials: stopped first, Tune ends a trial whose actor
+        # it had asked for as TERMINATED, never having run.
+        if self.stopped or not self.budget.spent() or not self.budget.held:
             return
         if any(t.status == Trial.RUNNING for t in trials):
             return
