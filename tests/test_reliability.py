@@ -107,9 +107,15 @@ def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig)
     assert f"python -m tuning.run --resume {results}" in out
     assert "SIGTERM received" not in out and "Traceback" not in out, out[-3000:]  # no Ray crash dump
     assert json.loads((results / "run.json").read_text())["status"] == "interrupted"
-    assert len(pd.read_csv(results / "trials.csv")) == 6  # the tables so far
     progress, known = logged_epochs(results), snapshot(results)
     assert any(st != "TERMINATED" and 0 < k < 4 for st, k in known.values()), known  # the held trial
+    # The tables so far, each trial's status as the saved experiment has it: Tune's cleanup calls the
+    # trials it was running TERMINATED, which under ASHA read as stopped early by the scheduler.
+    trials = pd.read_csv(results / "trials.csv").set_index("trial_id")
+    assert len(trials) == 6
+    assert {t: trials.at[t, "status"] == "TERMINATED" for t in known} == {t: st == "TERMINATED" for t, (st, _) in
+                                                                          known.items()}, (trials["status"], known)
+    assert not trials.loc[trials["status"] != "TERMINATED", "stopped_early"].any()
 
     # The resumed trials wait at their next epoch while the gate still exists: the resume is held mid-run.
     resume = _start("--resume", str(results))

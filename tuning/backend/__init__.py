@@ -135,6 +135,7 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
     from ray.tune import CheckpointConfig
 
     from tuning.backend import budget as time_budget
+    from tuning.backend import interrupted as cut_short
     from tuning.backend import snapshots, strategies, trainables
 
     parts = _tune_parts()
@@ -155,7 +156,7 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
     planned = planned_epochs(spec)
     if spec.progress:
         say.info("Planned: %d epochs in all (%s, %s)", planned, spec.strategy, _plan_words(spec))
-    row_log = parts.RowLog(spec.rows_file)
+    row_log, endings = parts.RowLog(spec.rows_file), cut_short.Endings()
     with tune_switches(spec.snapshot_every_step), snapshots.cheaper(), prestarted_workers():
         analysis = parts.raising_write_errors(tune.run, row_log)(
             trainables.trainable(spec),
@@ -179,7 +180,7 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
             raise_on_failed_trial=False,
             max_failures=spec.max_failures,
             resume=True if spec.resume else None,
-            callbacks=[row_log, *(parts.tune_loggers() if spec.tune_logs else []), *progress, *spec.callbacks,
+            callbacks=[row_log, endings, *(parts.tune_loggers() if spec.tune_logs else []), *progress, *spec.callbacks,
                        *([time_budget.StopWhenSpent(budget)] if budget else [])],
         )
     for p in progress:
@@ -191,7 +192,8 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
     interrupted = tune_handler_set and signal.getsignal(signal.SIGINT) is before
     signal.signal(signal.SIGINT, before)  # Tune leaves its handler installed after a normal run
     rows = results.read_rows(spec.rows_file)
-    return [parts.trial_record(t, rows.get(t.trial_id, []), spec.results_dir) for t in analysis.trials], interrupted
+    records = [parts.trial_record(t, rows.get(t.trial_id, []), spec.results_dir) for t in analysis.trials]
+    return (endings.corrected(records) if interrupted else records), interrupted
 
 
 @contextlib.contextmanager
