@@ -116,3 +116,18 @@ def test_a_sync_racing_tunes_own_temp_file_is_dropped_and_other_sync_errors_are_
     finally:
         ray_logger.removeHandler(keep)
     assert shown == others
+
+
+@pytest.mark.parametrize("strategy", [*spaces.STRATEGIES, "bench"])  # bench: tuning.bench's pause after every result
+def test_every_scheduler_holds_a_spent_time_budget(strategy):
+    """StopWhenSpent stops a timed run only once the scheduler's gate has held the waiting trials:
+    a scheduler without the gate would never let it stop."""
+    from tuning.backend import strategies
+    from tuning.backend.budget import TimeBudget, TimeGate
+
+    spec = backend.RunSpec(space=spaces.load("cifar_asha"), strategy="random" if strategy == "bench" else strategy,
+                           num_samples=6, max_epochs=3, seed=0, cpus_per_trial=1, gpus_per_trial=0, source=None,
+                           results_dir=Path("."), pause_every_result=strategy == "bench")
+    budget = TimeBudget(10.0)
+    scheduler = strategies.build(spec, budget)[2]
+    assert isinstance(scheduler, TimeGate) and scheduler.budget is budget

@@ -43,6 +43,7 @@ from ray.tune.schedulers import FIFOScheduler
 from ray.tune.schedulers.trial_scheduler import TrialScheduler
 
 from tuning.backend import mo, rayinternals
+from tuning.backend.budget import TimeGate
 
 log = logging.getLogger(__name__)
 
@@ -179,9 +180,10 @@ class PaperHyperBand(rayinternals.HyperBand):
         return all(t.status in (Trial.TERMINATED, Trial.ERROR) for t in self.trial_brackets)
 
 
-class PauseEveryResult(FIFOScheduler):
+class PauseEveryResult(TimeGate, FIFOScheduler):
     """Pauses a trial after every result; FIFO resumes it at once (tuning.bench measures with it
-    what one pause and resume costs, with nothing else in the way)."""
+    what one pause and resume costs, with nothing else in the way). Gated as every scheduler is:
+    StopWhenSpent waits for the gate to hold the waiting trials before it stops a timed run."""
 
     def __init__(self):
         super().__init__()
