@@ -292,6 +292,22 @@ def test_a_used_results_dir_is_refused_before_a_new_mlflow_store_is_made(capsys,
     assert [p.name for p in (tmp_path / "r").iterdir()] == ["kept.txt"]
 
 
+def test_a_results_dir_that_cannot_be_written_is_refused_before_a_new_mlflow_store_is_made(capsys, tmp_path):
+    pytest.importorskip("mlflow")
+    (tmp_path / "file").write_text("a file where a folder would have to go")
+    refused(capsys, run.main, ["--space", "counting_ones", "--results-dir", str(tmp_path / "file" / "r"),
+                               "--mlflow", str(tmp_path / "store")], "cannot write to results dir")
+    assert not (tmp_path / "store").exists()
+
+
+def test_a_refused_mlflow_store_leaves_no_results_dir(capsys, tmp_path):
+    pytest.importorskip("mlflow")
+    (tmp_path / "store").write_text("a file where the store's folder would have to go")
+    refused(capsys, run.main, ["--space", "counting_ones", "--results-dir", str(tmp_path / "new" / "r"),
+                               "--mlflow", str(tmp_path / "store")], "--mlflow")
+    assert not (tmp_path / "new" / "r").exists()
+
+
 def test_an_experiment_without_mlflow_is_refused(capsys, tmp_path):
     refused(capsys, run.main, ["--space", "counting_ones", "--results-dir", str(tmp_path / "r"),
                                "--mlflow-experiment", "x"], "--mlflow-experiment needs --mlflow")

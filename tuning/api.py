@@ -109,9 +109,12 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         rec.trainer_epochs, rec.max_epochs = rec.max_epochs, 1
     label = Path(space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]).stem
     folder = Path(results_dir or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
-    inputs.refuse_used_results_dir(folder)  # before --mlflow may make its store
-    track = tracking_store.check(mlflow, mlflow_experiment, label, folder)  # before Ray and before any file
-    created = inputs.prepare_results_dir(folder)
+    created = inputs.prepare_results_dir(folder)  # before --mlflow may make its store: refused, none is made
+    try:
+        track = tracking_store.check(mlflow, mlflow_experiment, label, folder)  # before Ray and before any file
+    except BaseException:
+        inputs.remove_if_empty(folder, created)  # a refused --mlflow leaves no results dir
+        raise
     lock = inputs.lock(folder)
     try:
         try:

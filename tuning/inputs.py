@@ -151,8 +151,7 @@ def lock(path: Path):
 
 
 def refuse_used_results_dir(path: Path) -> None:
-    """Refuse a results dir that holds anything, or that another run holds, touching nothing: checked
-    before any other input that writes (--mlflow's new store), and again as the folder is made."""
+    """Refuse a results dir that holds anything, or that another run holds, touching nothing."""
     if path.is_dir() and (path / ".lock").exists():
         lock(path).release()  # refuses if another run holds it
     if path.exists() and (not path.is_dir() or any(path.iterdir())):

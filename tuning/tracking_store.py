@@ -54,7 +54,7 @@ class Target:
 
 
 def check(uri, experiment: str | None, name: str, folder: Path, *, strict: bool = True) -> Target | None:
-    """--mlflow and --mlflow-experiment, checked before Ray starts or the results dir is made:
+    """--mlflow and --mlflow-experiment, checked before Ray starts (a refusal leaves no results dir):
     mlflow imports, MLflow takes the URI, a server or database answers there (strict: else one
     line, exit 2; not strict, for a resume of a tracked run: a warning). uri None or False: no
     tracking; True or "": a SQLite store in `folder`. name: the experiment unless given."""
