@@ -109,24 +109,20 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         rec.trainer_epochs, rec.max_epochs = rec.max_epochs, 1
     label = Path(space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]).stem
     folder = Path(results_dir or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
-    created = inputs.prepare_results_dir(folder)  # before --mlflow may make its store: refused, none is made
-    try:
-        track = tracking_store.check(mlflow, mlflow_experiment, label, folder)  # before Ray and before any file
-    except BaseException:
-        inputs.remove_if_empty(folder, created)  # a refused --mlflow leaves no results dir
-        raise
+    made = inputs.prepare_results_dir(folder)  # before --mlflow may make its store: refused, none is made
     lock = inputs.lock(folder)
     try:
         try:
+            track = tracking_store.check(mlflow, mlflow_experiment, label, folder)  # before Ray starts
             from tuning import session  # torch, through tuning.trial.data: only for a run that goes ahead
 
             source, cluster, ray_was_running = session.start(space, rec, address=address, worker_logs=worker_logs)
             rec.resources_per_trial, rec.workers_per_trial = inputs.resources(
                 space, cluster, cpus_per_trial, gpus_per_trial, workers_per_trial)
             inputs.check_workers_import(space, ray_was_running)
-        except BaseException:
+        except BaseException:  # a refusal leaves no results dir behind
+            inputs.remove_if_empty(folder, made)
             lock.release()
-            inputs.remove_if_empty(folder, created)
             raise
         if strategy == "grid":
             points = " x ".join(f"{len(p.grid_values())} {k}" for k, p in space.params.items())

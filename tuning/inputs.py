@@ -159,10 +159,11 @@ def refuse_used_results_dir(path: Path) -> None:
                          "so no earlier result is overwritten (or --resume it if it is unfinished)")
 
 
-def prepare_results_dir(path: Path) -> bool:
+def prepare_results_dir(path: Path) -> Path | None:
     """Make sure results can be written there without touching anything already present.
-    Returns whether the folder was created now (so a later refusal can remove it)."""
-    created = not path.exists()
+    Returns the outermost folder this made (path or a parent of it; None if path existed), so a
+    later refusal can remove what it made."""
+    made = next((p for p in reversed([path, *path.parents]) if not p.exists()), None)
     refuse_used_results_dir(path)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -170,15 +171,27 @@ def prepare_results_dir(path: Path) -> bool:
         probe.write_text("ok")
         probe.unlink()
     except OSError as exc:
+        remove_if_empty(path, made)
         raise UsageError(f"cannot write to results dir {path} ({exc.strerror or exc}): "
                          "choose a writable --results-dir") from None
-    return created
+    return made
 
 
-def remove_if_empty(path: Path, created: bool) -> None:
-    if created and path.exists() and not any(p.name != ".lock" for p in path.iterdir()):
-        (path / ".lock").unlink(missing_ok=True)
-        path.rmdir()
+def remove_if_empty(path: Path, made: Path | None) -> None:
+    """Remove path and the parents up to `made` (prepare_results_dir's), each if nothing but our
+    lock is in it. Called while the lock is held, so no second run can have taken the folder."""
+    if made is None:
+        return
+    for folder in [path, *path.parents]:
+        try:
+            if any(p.name != ".lock" for p in folder.iterdir()):
+                return
+            (folder / ".lock").unlink(missing_ok=True)
+            folder.rmdir()
+        except OSError:  # gone already, or not ours to remove
+            return
+        if folder == made:
+            return
 
 
 def resources(space: spaces.Space, cluster: dict, cpus, gpus, workers) -> tuple[records.Resources, int]:
