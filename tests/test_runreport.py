@@ -229,8 +229,8 @@ def test_every_way_a_trial_ends_is_told_apart(tmp_path):
     out = runreport.write_from_records(tmp_path, RECORDS, _plan(), live=True)
     md = out["markdown"].read_text()
     assert ("6 trials: 2 trained its full budget, 1 stopped early by the scheduler, 1 diverged (metric turned "
-            "NaN/inf after its last point), 1 failed (training raised), 1 still running or waiting; 1 paused "
-            "and resumed") in md
+            "NaN/inf after its last point), 1 failed (training raised), 1 still running or waiting to start or "
+            "resume; 1 paused and resumed") in md
     for outcome in ("| full budget |", "| stopped early |", "| diverged |", "| failed: ValueError: boom |",
                     "| running |", "full budget; paused, resumed at epoch 1"):
         assert outcome in md, outcome
@@ -354,4 +354,4 @@ def test_live_report_from_records_seen_mid_run(live_run, tmp_path):
     out = runreport.write_from_records(tmp_path, mid, plan, live=True)
     md, html = out["markdown"].read_text(), out["html"].read_text()
     assert 'http-equiv="refresh"' in html and "LIVE: the run is going" in md
-    assert "still running or waiting" in md and (tmp_path / runreport.FIGURES["curves"]).exists()
+    assert "still running or waiting to start or resume" in md and (tmp_path / runreport.FIGURES["curves"]).exists()

@@ -193,6 +193,21 @@ def test_mlflow_alone_logs_to_sqlite_in_the_results_dir_and_add_samples_continue
     assert parents[0].data.tags["extensions"] == "1"
 
 
+def test_a_run_cut_short_logs_no_child_run_for_a_trial_that_never_started(ray_here, tmp_path):
+    """A spent time budget (as Ctrl-C) leaves trials waiting: each gets its child run once it runs,
+    not a KILLED one without a metric now."""
+    pytest.importorskip("mlflow")
+    space = tuning.Space(params={"x": tuning.Uniform(0.0, 1.0)}, trainer="tuning.bench.harness:busy",
+                         fixed={"seconds": 1.0}, num_samples=20, max_epochs=2, gpus_per_trial=0)
+    result = tuning.search(None, space, strategy="random", time_budget=3, seed=0, results_dir=tmp_path / "r",
+                           mlflow=True)
+    assert result.status == "time budget spent"
+    ran = set(result.trials.loc[result.trials["epochs"] > 0, "trial_id"])
+    assert ran and len(ran) < len(result.trials)
+    parents, children = _runs(f"sqlite:///{tmp_path / 'r' / 'mlflow.db'}", "busy")
+    assert {k.data.tags["trial_id"] for k in children[parents[0].info.run_id]} == ran
+
+
 # ---------------------------------------------------------------- crash and resume
 
 @pytest.mark.slow  # two runs of tuning.run: make test-all

@@ -149,7 +149,8 @@ class Tracker:
         if records is None:
             rows, statuses = self._read_rows(), dict(self.statuses)
             configs = {t: r[-1].get("config") or {} for t, r in rows.items()}
-        else:
+        else:  # a trial still waiting to start (a run cut short) gets its child run once it runs
+            records = [r for r in records if r.rows or r.status != "PENDING"]
             rows, statuses = {r.trial_id: r.rows for r in records}, {r.trial_id: r.status for r in records}
             configs = {r.trial_id: r.config for r in records}
         for tid in sorted(set(rows) | {t for t, s in statuses.items() if s != "PENDING"}):

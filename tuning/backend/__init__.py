@@ -156,7 +156,8 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
     planned = planned_epochs(spec)
     if spec.progress:
         say.info("Planned: %d epochs in all (%s, %s)", planned, spec.strategy, _plan_words(spec))
-    row_log, endings = parts.RowLog(spec.rows_file), cut_short.Endings()
+    stopper = parts.stopper(spec.max_epochs, spec.budget_iterations)
+    row_log, endings = parts.RowLog(spec.rows_file), cut_short.Endings(stopper)
     with tune_switches(spec.snapshot_every_step), snapshots.cheaper(), prestarted_workers():
         analysis = parts.raising_write_errors(tune.run, row_log)(
             trainables.trainable(spec),
@@ -166,7 +167,7 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
             num_samples=_num_samples(spec),
             search_alg=search_alg,
             scheduler=scheduler,
-            stop=parts.stopper(spec.max_epochs, spec.budget_iterations),
+            stop=stopper,
             resources_per_trial={"cpu": spec.cpus_per_trial, "gpu": spec.gpus_per_trial},
             progress_reporter=parts.reporter(space, spec.progress_every_s, planned=planned,
                                              results_dir=spec.results_dir, strategy=spec.strategy,

@@ -27,7 +27,7 @@ FATES = {
     "early": ("--", "x", "stopped early by the scheduler"),
     "diverged": ("-.", "v", "diverged (metric turned NaN/inf after its last point)"),
     "failed": (":", "X", "failed (training raised)"),
-    "running": ("-", ">", "still running or waiting"),
+    "running": ("-", ">", "still running or waiting to start or resume"),
     "stopped": ("--", "s", "short of its budget when the run stopped (stopped early, or cut off)"),
 }
 # The status of such a trial in a report rebuilt from results.jsonl: without Tune's state, which
