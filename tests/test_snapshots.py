@@ -3,9 +3,12 @@ tune.run: a snapshot on every step where a trial changed, none on the idle steps
 file Tune reads back. And tune.run's usage tag for callbacks, without importing integrations."""
 
 import logging
+import os
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 from ray import tune
@@ -43,9 +46,23 @@ def test_every_step_that_marked_a_trial_reaches_a_snapshot_and_idle_ones_are_ski
         marked.add(self._iteration)  # the step's number, as Tune hands it to callbacks
         mark(self, trial)
 
+    inodes, seen, staging = [], set(), []
+
     def counted(self):
         writes.append(self._iteration)
         write(self)
+        staging[:] = [Path(self._storage.experiment_driver_staging_path)]
+        inodes.append((staging[0] / self.experiment_state_file_name).stat().st_ino)
+
+    def watch():  # what Tune's background copy to storage would list in the staging folder
+        while not done.is_set():
+            if staging and staging[0].is_dir():
+                seen.update(os.listdir(staging[0]))
+            time.sleep(0.0005)
+
+    done = threading.Event()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
 
     monkeypatch.setattr(TuneController, "_mark_trial_to_checkpoint", marking)
     monkeypatch.setattr(snapshots, "_save_to_dir", counted)
@@ -63,7 +80,13 @@ def test_every_step_that_marked_a_trial_reaches_a_snapshot_and_idle_ones_are_ski
                      reuse_actors=True)
     finally:
         logging.getLogger("ray").removeHandler(heard)
+        done.set()
+        watcher.join()
     assert TuneController.checkpoint is original  # put back after the search
+    # Each snapshot's files are renamed into the folder Tune copies, never written there in place: a copy
+    # running meanwhile takes each whole, and never lists a temporary file that is gone when it copies.
+    assert len(inodes) > 1 and all(a != b for a, b in zip(inodes, inodes[1:])), inodes
+    assert seen and not [name for name in seen if "tmp" in name], sorted(seen)
     # Tune's result files are off (every_step): its analysis no longer tries them and warns per trial.
     assert not [m for m in logged if "metrics for" in m], logged
 

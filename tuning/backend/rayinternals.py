@@ -101,14 +101,10 @@ def original(owner, name: str):
 
 
 # ---------------------------------------------------------------- the experiment snapshot
-# Ray 2.60. Why: tuning/backend/snapshots.py (a snapshot per step rewrote every trial, and a run's cost grew
-# with the square of its trials). Patched: TuneController.checkpoint and save_to_dir, _TrainingRunMetadata.
-# update_metric, air._internal.usage.tag_callbacks, which tune.run calls (importing the four integrations
-# whose names it compares cost 1.6 s per process), and ExperimentAnalysis._fetch_trial_dataframes (it reads
-# every trial's result files back; tuning never does).
-# Read: the controller's _checkpoint_manager (_should_force_sync_up, _last_save_time, _last_sync_time),
-# _trials_to_cache, what save_to_dir writes (_get_trial_checkpoints, __getstate__, _start_time, _storage,
-# _search_alg, _callbacks, _session_str).
+# Ray 2.60. Why: tuning/backend/snapshots.py. Patched: what snapshot_patches lists. Read: the controller's
+# _checkpoint_manager (_should_force_sync_up, _last_save_time, _last_sync_time), _trials_to_cache, what
+# save_to_dir writes (_get_trial_checkpoints, __getstate__, _start_time, _storage, _search_alg, _callbacks,
+# _session_str).
 
 
 @dataclass(frozen=True)
@@ -133,16 +129,20 @@ def take_snapshot(controller, force: bool = False, wait: bool = False) -> None:
 
 
 def write_snapshot(controller, chunks: Callable) -> None:
-    """What Ray 2.60's TuneController.save_to_dir does, in its order, with the state file's text
-    from chunks(trial_data, runner_data, stats) instead of json.dump of the same dict."""
-    staging = controller._storage.experiment_driver_staging_path
+    """Ray 2.60's TuneController.save_to_dir, in its order, the state file's text from chunks(trial_data, runner_data,
+    stats); each file written beside the staging folder, then renamed into it (why: tuning/backend/snapshots.py)."""
+    staging = Path(controller._storage.experiment_driver_staging_path)
+    beside = staging.with_name(staging.name + ".next")
     os.makedirs(staging, exist_ok=True)
+    os.makedirs(beside, exist_ok=True)
     pieces = chunks(list(controller._get_trial_checkpoints().values()), controller.__getstate__(),
                     {"start_time": controller._start_time})
-    with open(Path(staging, controller.experiment_state_file_name), "w") as f:
+    with open(beside / controller.experiment_state_file_name, "w") as f:
         f.writelines(pieces)
-    controller._search_alg.save_to_dir(staging, session_str=controller._session_str)
-    controller._callbacks.save_to_dir(staging, session_str=controller._session_str)
+    controller._search_alg.save_to_dir(str(beside), session_str=controller._session_str)
+    controller._callbacks.save_to_dir(str(beside), session_str=controller._session_str)
+    for name in os.listdir(beside):
+        os.replace(beside / name, staging / name)
 
 
 def analyse_metric(metadata, metric: str, value, step: int = 1) -> None:

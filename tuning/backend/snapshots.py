@@ -26,7 +26,13 @@ results (UNANALYSED, below) are kept only for the numbers someone reads:
   per step a run's cost grew with the square of its trials: 2,000 trials of nothing cost 12x raw
   Tune's per trial, the last tenth 3.7x the first (docs/performance.md, "Thousands of trials").
 - ``save_to_dir`` writes the same text (state_chunks) piece by piece with ``json.dumps`` (the C
-  encoder), then the searcher's and callbacks' state as Tune does.
+  encoder), then the searcher's and callbacks' state as Tune does, each file into a folder beside
+  Tune's staging folder and then renamed into it. Tune copies the staging folder to storage in the
+  background while the driver goes on, and writes the next snapshot into it in place: a copy could
+  take the state file half written (a crash before the next copy left storage a snapshot a resume
+  cannot read), or list a searcher's temporary file (written, then renamed into place) that was
+  gone when it came to copy it, and log a traceback. A copy now finds each file whole, the old one
+  or the new.
 
 And ``tune.run``'s ``tag_callbacks`` (Ray's usage statistics: how many of each built-in callback a
 run was given) is replaced by ``tag_callbacks``: the same tag from the same class names, without
