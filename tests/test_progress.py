@@ -151,6 +151,7 @@ def test_a_spent_time_budget_starts_no_trial(ray_here, tmp_path, budget):
                          fixed={"seconds": 1.0}, num_samples=40, max_epochs=3, gpus_per_trial=0)
     result = tuning.search(None, space, strategy="random", time_budget=budget, seed=0, results_dir=tmp_path / "r")
     assert result.status == "time budget spent"
+    assert f"tuning.resume({str(tmp_path / 'r')!r}, time_budget=LONGER)" in result.summary()  # how to go on
     trials = result.trials
     # Only the trials running when it was spent stop short: one per CPU, two here.
     short = trials[(trials["epochs"] > 0) & (trials["epochs"] < 3)]

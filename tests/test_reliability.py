@@ -105,6 +105,7 @@ def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig)
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 128 + sig, out[-3000:]  # 130, 143: as a shell reports a process the signal ended
     assert f"python -m tuning.run --resume {results}" in out
+    assert "tune.run(..., resume=True)" not in out  # Ray's hint, which names what a tuning user never calls
     assert "SIGTERM received" not in out and "Traceback" not in out, out[-3000:]  # no Ray crash dump
     assert json.loads((results / "run.json").read_text())["status"] == "interrupted"
     progress, known = logged_epochs(results), snapshot(results)

@@ -151,6 +151,8 @@ class _DropNoise(logging.Filter):
     NOISE = ("Token authentication is enabled", "Generated new authentication token",
              "Checkpoint successfully created", "Started a local Ray instance",
              "Wrote the latest version of all result files",
+             # Its hint names tune.run(..., resume=True); the summary names --resume DIR and tuning.resume.
+             "Experiment has been interrupted, but the most recent state was saved",
              # The bench's raw tune.run, its result files off as ours are (tuning's own runs do not
              # read them back: tuning/backend/snapshots.py).
              "Failed to fetch metrics for", "Could not fetch metrics for")

@@ -213,16 +213,9 @@ def _main(argv: list[str]) -> int:
             warm_start=args.warm_start, warm_start_top=args.warm_start_top, mlflow=args.mlflow,
             mlflow_experiment=args.mlflow_experiment, argv=argv, **_objective_flags(args))
     print("\n" + result.summary())
-    rec, folder = result.record, result.results_dir
-    if result.status == "time budget spent":
-        print(f"\nTime budget spent: {rec.time_used_s:.0f} s of running time against {rec.time_budget_s:.0f} s. "
-              "Trials not finished are paused with their checkpoints. Go on with:\n"
-              f"  python -m tuning.run --resume {folder} --time-budget LONGER\n"
-              "(the budget is a total across resumes; add --add-samples N for trials beyond the plan)")
+    if result.status == "time budget spent":  # the summary says how to go on
         return 0
     if result.status == "interrupted":
-        print("\nInterrupted; the experiment's state is saved. Continue with:\n"
-              f"  python -m tuning.run --resume {folder}")
         return cli.interrupted_status()
     return 0 if result.succeeded and result.best is not None else 1  # non-zero when no trial succeeded
 

@@ -76,8 +76,23 @@ class SearchResult:
             lines.append(banner)
         lines += self.tracking
         lines += [f"Results: {self.results_dir}  (report.html, report.md, trials.csv, epochs.csv, best_config.json, "
-                  "run.json)", f"Report: {self.results_dir / 'report.html'}"]
+                  "run.json)", f"Report: {self.results_dir / 'report.html'}"] + self._go_on_lines()
         return "\n".join(lines)
+
+    def _go_on_lines(self) -> list[str]:
+        """How to take an unfinished run further, from the command line and from Python (Ray's own
+        hint names tune.run, which a tuning user never calls)."""
+        d, r = self.results_dir, self.record
+        if self.status == "interrupted":
+            return ["", "Interrupted; the experiment's state is saved. Continue with:",
+                    f"  python -m tuning.run --resume {d}", f"  (from Python: tuning.resume({str(d)!r}))"]
+        if self.status == "time budget spent":
+            return ["", f"Time budget spent: {r.time_used_s:.0f} s of running time against {r.time_budget_s:.0f} s. "
+                    "Trials not finished wait with their checkpoints. Go on with:",
+                    f"  python -m tuning.run --resume {d} --time-budget LONGER",
+                    f"  (from Python: tuning.resume({str(d)!r}, time_budget=LONGER); the budget is a total across "
+                    "resumes; add --add-samples N, add_samples=N, for trials beyond the plan)"]
+        return []
 
     def _best_lines(self) -> list[str]:
         b, r = self.best, self.record
