@@ -181,8 +181,9 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
             raise_on_failed_trial=False,
             max_failures=spec.max_failures,
             resume=True if spec.resume else None,
-            callbacks=[row_log, endings, *(parts.tune_loggers() if spec.tune_logs else []), *progress, *spec.callbacks,
-                       *([time_budget.StopWhenSpent(budget)] if budget else [])],
+            # Tune keeps a callback's state by its place in the list: ones added later go last.
+            callbacks=[row_log, *(parts.tune_loggers() if spec.tune_logs else []), *progress, *spec.callbacks,
+                       *([time_budget.StopWhenSpent(budget)] if budget else []), endings],
         )
     for p in progress:
         p.wait()  # a live report being written finishes before the final one
