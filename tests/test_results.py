@@ -81,3 +81,21 @@ def test_files_meant_for_committing_name_paths_inside_the_working_folder_relativ
     md = runreport.regenerate(run)["markdown"].read_text()
     assert str(tmp_path) not in md and "| data.root | data/synthetic |" in md
     assert "--results-dir run --data-dir /elsewhere/data" in md  # outside the working folder: as it was
+
+
+@pytest.mark.parametrize("status", ["finished", "interrupted", "time budget spent"])
+def test_the_summary_of_a_run_without_a_best_trial_says_why_and_how_to_go_on(tmp_path, status):
+    from tuning.searchresult import SearchResult
+
+    rec = record.RunRecord(space="tiny", strategy="random", seed=0, num_samples=2, max_epochs=2, status=status,
+                           time_budget_s=5.0, time_used_s=5.2)
+    unstarted = pd.DataFrame({"trial_id": ["a", "b"], "epochs": [0, 0], "status": ["PENDING", "PENDING"]})
+    text = SearchResult(tmp_path, status, unstarted, pd.DataFrame(), None, rec, None).summary()
+    stopped = "No trial reported a result before the run stopped."
+    if status == "finished":  # then the trainer reported nothing usable
+        assert stopped not in text and "No trial reported a usable loss." in text
+        assert "--resume" not in text
+    else:
+        assert stopped in text and "usable" not in text
+        hint = f"tuning.resume({str(tmp_path)!r}" + (", time_budget=LONGER)" if status == "time budget spent" else ")")
+        assert f"python -m tuning.run --resume {tmp_path}" in text and hint in text

@@ -97,6 +97,8 @@ class SearchResult:
     def _best_lines(self) -> list[str]:
         b, r = self.best, self.record
         if b is None:
+            if self.status != "finished" and (self.trials.empty or not (self.trials["epochs"] > 0).any()):
+                return ["No trial reported a result before the run stopped."]  # not the trainer's fault
             diverged = f" ({r.diverged} diverged)" if r.diverged else ""
             return [f"No trial reported a usable {r.metric}{diverged}."]
         cfg = ", ".join(f"{p}={v:.4g}" if isinstance(v, float) else f"{p}={v}" for p, v in b.config.items())
