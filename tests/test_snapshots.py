@@ -2,6 +2,7 @@
 tune.run: a snapshot on every step where a trial changed, none on the idle steps between, and a
 file Tune reads back. And tune.run's usage tag for callbacks, without importing integrations."""
 
+import json
 import logging
 import os
 import subprocess
@@ -87,6 +88,9 @@ def test_every_step_that_marked_a_trial_reaches_a_snapshot_and_idle_ones_are_ski
     # running meanwhile takes each whole, and never lists a temporary file that is gone when it copies.
     assert len(inodes) > 1 and all(a != b for a, b in zip(inodes, inodes[1:])), inodes
     assert seen and not [name for name in seen if "tmp" in name], sorted(seen)
+    # Without the stoppers tune.run was given: a resume put the pickled copy in place of the live ones.
+    state = json.loads(max((tmp_path / "snap").glob("experiment_state-*.json")).read_text())
+    assert "_stopper" not in state["runner_data"] and "_search_alg" not in state["runner_data"]
     # Tune's result files are off (every_step): its analysis no longer tries them and warns per trial.
     assert not [m for m in logged if "metrics for" in m], logged
 

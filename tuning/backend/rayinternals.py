@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import os
+import tempfile
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -129,20 +130,19 @@ def take_snapshot(controller, force: bool = False, wait: bool = False) -> None:
 
 
 def write_snapshot(controller, chunks: Callable) -> None:
-    """Ray 2.60's TuneController.save_to_dir, in its order, the state file's text from chunks(trial_data, runner_data,
-    stats); each file written beside the staging folder, then renamed into it (why: tuning/backend/snapshots.py)."""
+    """Ray 2.60's TuneController.save_to_dir, but: text from chunks(), renamed into place, no stopper (snapshots.py)."""
     staging = Path(controller._storage.experiment_driver_staging_path)
-    beside = staging.with_name(staging.name + ".next")
     os.makedirs(staging, exist_ok=True)
-    os.makedirs(beside, exist_ok=True)
-    pieces = chunks(list(controller._get_trial_checkpoints().values()), controller.__getstate__(),
-                    {"start_time": controller._start_time})
+    beside = Path(tempfile.mkdtemp(dir=staging.parent))  # fresh: a write cut short leaves nothing to move in later
+    runner = {k: v for k, v in controller.__getstate__().items() if k != "_stopper"}
+    pieces = chunks(list(controller._get_trial_checkpoints().values()), runner, {"start_time": controller._start_time})
     with open(beside / controller.experiment_state_file_name, "w") as f:
         f.writelines(pieces)
     controller._search_alg.save_to_dir(str(beside), session_str=controller._session_str)
     controller._callbacks.save_to_dir(str(beside), session_str=controller._session_str)
     for name in os.listdir(beside):
         os.replace(beside / name, staging / name)
+    os.rmdir(beside)
 
 
 def analyse_metric(metadata, metric: str, value, step: int = 1) -> None:

@@ -32,7 +32,10 @@ results (UNANALYSED, below) are kept only for the numbers someone reads:
   take the state file half written (a crash before the next copy left storage a snapshot a resume
   cannot read), or list a searcher's temporary file (written, then renamed into place) that was
   gone when it came to copy it, and log a traceback. A copy now finds each file whole, the old one
-  or the new.
+  or the new. The controller's state leaves out its stopper: Tune pickled the stoppers a run began
+  with into every snapshot, and a resume put that copy in place of the ones tune.run was given, so
+  the run's own stoppers (and interrupted.Endings, which asks them whether the run was stopped
+  whole) were never consulted again.
 
 And ``tune.run``'s ``tag_callbacks`` (Ray's usage statistics: how many of each built-in callback a
 run was given) is replaced by ``tag_callbacks``: the same tag from the same class names, without
