@@ -87,6 +87,8 @@ def test_files_meant_for_committing_name_paths_inside_the_working_folder_relativ
 def test_the_summary_of_a_run_without_a_best_trial_says_why_and_how_to_go_on(tmp_path, status):
     from tuning.searchresult import SearchResult
 
+    tmp_path = tmp_path / "my results"  # pasted into a shell, quoted
+
     rec = record.RunRecord(space="tiny", strategy="random", seed=0, num_samples=2, max_epochs=2, status=status,
                            time_budget_s=5.0, time_used_s=5.2)
     unstarted = pd.DataFrame({"trial_id": ["a", "b"], "epochs": [0, 0], "status": ["PENDING", "PENDING"]})
@@ -98,4 +100,4 @@ def test_the_summary_of_a_run_without_a_best_trial_says_why_and_how_to_go_on(tmp
     else:
         assert stopped in text and "usable" not in text
         hint = f"tuning.resume({str(tmp_path)!r}" + (", time_budget=LONGER)" if status == "time budget spent" else ")")
-        assert f"python -m tuning.run --resume {tmp_path}" in text and hint in text
+        assert f"python -m tuning.run --resume '{tmp_path}'" in text and hint in text

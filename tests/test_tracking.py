@@ -318,9 +318,13 @@ def test_a_results_dir_that_cannot_be_written_is_refused_before_a_new_mlflow_sto
 def test_a_refused_mlflow_store_leaves_no_results_dir(capsys, tmp_path):
     pytest.importorskip("mlflow")
     (tmp_path / "store").write_text("a file where the store's folder would have to go")
+    (tmp_path / "mine").mkdir()  # the user's, empty: reached through "..", it is not one this run made
+    refused(capsys, run.main, ["--space", "counting_ones", "--results-dir", str(tmp_path / "new" / ".." / "mine" / "r"),
+                               "--mlflow", str(tmp_path / "store")], "--mlflow")
     refused(capsys, run.main, ["--space", "counting_ones", "--results-dir", str(tmp_path / "new" / "r"),
                                "--mlflow", str(tmp_path / "store")], "--mlflow")
     assert not (tmp_path / "new").exists()  # nor the parent folder made for it
+    assert (tmp_path / "mine").is_dir() and not any((tmp_path / "mine").iterdir())
 
 
 def test_an_experiment_without_mlflow_is_refused(capsys, tmp_path):

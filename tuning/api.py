@@ -13,6 +13,7 @@ starts and without touching earlier results; the commands exit 2 with that line.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Callable, Union
@@ -108,7 +109,8 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     if returns:  # one report per trial, its full budget; the trainer is still passed the declared epochs
         rec.trainer_epochs, rec.max_epochs = rec.max_epochs, 1
     label = Path(space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]).stem
-    folder = Path(results_dir or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}").absolute()
+    # Absolute with ".." folded (not through symlinks): a refusal removes the folders made, walking up from it.
+    folder = Path(os.path.abspath(results_dir or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}"))
     made = inputs.prepare_results_dir(folder)  # before --mlflow may make its store: refused, none is made
     lock = inputs.lock(folder)
     try:

@@ -4,6 +4,7 @@ trial, and the summary it prints (what tuning.run shows at the end). Built by tu
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,13 +84,14 @@ class SearchResult:
         """How to take an unfinished run further, from the command line and from Python (Ray's own
         hint names tune.run, which a tuning user never calls)."""
         d, r = self.results_dir, self.record
+        shell = shlex.quote(str(d))  # a folder with a space in it, pasted back into a shell
         if self.status == "interrupted":
             return ["", "Interrupted; the experiment's state is saved. Continue with:",
-                    f"  python -m tuning.run --resume {d}", f"  (from Python: tuning.resume({str(d)!r}))"]
+                    f"  python -m tuning.run --resume {shell}", f"  (from Python: tuning.resume({str(d)!r}))"]
         if self.status == "time budget spent":
             return ["", f"Time budget spent: {r.time_used_s:.0f} s of running time against {r.time_budget_s:.0f} s. "
                     "Trials not finished wait with their checkpoints. Go on with:",
-                    f"  python -m tuning.run --resume {d} --time-budget LONGER",
+                    f"  python -m tuning.run --resume {shell} --time-budget LONGER",
                     f"  (from Python: tuning.resume({str(d)!r}, time_budget=LONGER); the budget is a total across "
                     "resumes; add --add-samples N, add_samples=N, for trials beyond the plan)"]
         return []
