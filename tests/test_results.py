@@ -101,3 +101,7 @@ def test_the_summary_of_a_run_without_a_best_trial_says_why_and_how_to_go_on(tmp
         assert stopped in text and "usable" not in text
         hint = f"tuning.resume({str(tmp_path)!r}" + (", time_budget=LONGER)" if status == "time budget spent" else ")")
         assert f"python -m tuning.run --resume '{tmp_path}'" in text and hint in text
+        # A trainer defined in a script or notebook: only Python can hand it back.
+        rec.trainer = "__main__:train"
+        text = SearchResult(tmp_path, status, unstarted, pd.DataFrame(), None, rec, None).summary()
+        assert "--resume" not in text and f"tuning.resume({str(tmp_path)!r}, trainer=train" in text

@@ -84,17 +84,22 @@ class SearchResult:
         """How to take an unfinished run further, from the command line and from Python (Ray's own
         hint names tune.run, which a tuning user never calls)."""
         d, r = self.results_dir, self.record
-        shell = shlex.quote(str(d))  # a folder with a space in it, pasted back into a shell
-        if self.status == "interrupted":
-            return ["", "Interrupted; the experiment's state is saved. Continue with:",
-                    f"  python -m tuning.run --resume {shell}", f"  (from Python: tuning.resume({str(d)!r}))"]
-        if self.status == "time budget spent":
-            return ["", f"Time budget spent: {r.time_used_s:.0f} s of running time against {r.time_budget_s:.0f} s. "
-                    "Trials not finished wait with their checkpoints. Go on with:",
-                    f"  python -m tuning.run --resume {shell} --time-budget LONGER",
-                    f"  (from Python: tuning.resume({str(d)!r}, time_budget=LONGER); the budget is a total across "
-                    "resumes; add --add-samples N, add_samples=N, for trials beyond the plan)"]
-        return []
+        if self.status not in ("interrupted", "time budget spent"):
+            return []
+        budget = self.status == "time budget spent"
+        # A function defined in a script or a notebook has no name to import: only Python can hand it back.
+        script = r.trainer.startswith("__main__:")
+        call = (f"tuning.resume({str(d)!r}" + (f", trainer={r.trainer.rpartition(':')[2]}" if script else "") +
+                (", time_budget=LONGER)" if budget else ")"))
+        shell = f"python -m tuning.run --resume {shlex.quote(str(d))}" + (" --time-budget LONGER" if budget else "")
+        lines = ["", f"Time budget spent: {r.time_used_s:.0f} s of running time against {r.time_budget_s:.0f} s. "
+                 "Trials not finished wait with their checkpoints. Go on with:" if budget else
+                 "Interrupted; the experiment's state is saved. Continue with:"]
+        lines += [f"  {call}"] if script else [f"  {shell}", f"  (from Python: {call})"]
+        if budget:
+            lines.append("  (the budget is a total across resumes; " + ("" if script else "--add-samples N, ") +
+                         "add_samples=N for trials beyond the plan)")
+        return lines
 
     def _best_lines(self) -> list[str]:
         b, r = self.best, self.record
