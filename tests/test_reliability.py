@@ -138,6 +138,44 @@ def test_ctrl_c_or_sigterm_saves_state_and_a_held_resume_finishes(tmp_path, sig)
     assert check_resumed(results, progress, known)
 
 
+def test_a_cut_short_run_keeps_finished_only_the_trials_tune_ended_itself():
+    """Tune's cleanup after a Ctrl-C calls every trial TERMINATED. Kept so: those ended before the
+    segment (a resume), those Tune completed, and those a stopper ended with the whole run; the
+    others are PAUSED (an epoch trained) or PENDING, as the saved experiment has them."""
+    from types import SimpleNamespace
+
+    from tuning.backend.interrupted import Endings
+    from tuning.results import TrialRecord
+
+    class Stopper:
+        whole = False
+
+        def stop_all(self):
+            return self.whole
+
+    stopper = Stopper()
+    endings = Endings(stopper)
+    trial = {t: SimpleNamespace(trial_id=t, status=s) for t, s in
+             [("before", "TERMINATED"), ("done", "PENDING"), ("swept", "PENDING"), ("mid", "PENDING"),
+              ("waiting", "PENDING"), ("held", "PAUSED")]}
+    trials = list(trial.values())
+    endings.on_step_begin(0, trials)  # a resume's trials are restored before the first step
+    trial["done"].status = "TERMINATED"
+    endings.on_trial_complete(1, trials, trial["done"])
+    endings.on_step_end(1, trials)
+    trained = [{"training_iteration": 1}]
+    assert endings.status(TrialRecord("done", "TERMINATED", {}, trained)) == "TERMINATED"
+    assert endings.status(TrialRecord("swept", "TERMINATED", {}, trained)) == "PAUSED"  # not yet swept
+    trial["swept"].status = "TERMINATED"  # the step a stopper ended the whole run in
+    stopper.whole = True
+    endings.on_step_end(2, trials)
+    records = [TrialRecord(t, "TERMINATED", {}, trained) for t in ("before", "done", "swept", "mid")]
+    records += [TrialRecord("waiting", "TERMINATED", {}), TrialRecord("held", "PAUSED", {})]
+    assert {r.trial_id: r.status for r in endings.corrected(records)} == {
+        "before": "TERMINATED", "done": "TERMINATED", "swept": "TERMINATED", "mid": "PAUSED",
+        "waiting": "PENDING", "held": "PENDING"}  # held: a spent time budget's gate, never started
+
+
 @pytest.mark.slow  # make test-all; default suite: unwritable results dirs are refused (test_cli)
 @pytest.mark.timeout(600)
 def test_a_results_file_that_cannot_be_written_stops_the_run_and_resume_continues(tmp_path):
