@@ -229,6 +229,32 @@ def test_a_warm_start_carries_choice_values(choice_grid_run, tmp_path, strategy)
         assert choice_grid_run.best.config in ran
 
 
+def schedules(*, schedule, epochs, state=None, on_epoch):
+    for e in range(state["epoch"] if state else 0, epochs):
+        on_epoch({"loss": {None: 1.0, "cosine": 0.5, 3: 0.7, True: 0.9}[schedule] / (e + 1)}, {"epoch": e + 1})
+
+
+def test_a_choice_of_strings_numbers_and_bools_keeps_its_tables(ray_here, tmp_path):
+    """A Choice mixing kinds, as Optuna users write suggest_categorical: one parquet column cannot
+    hold a string and a number, so the tables hold every value as JSON text, and a replay of the
+    run reads each back as the value it was."""
+    import pandas as pd
+
+    from tuning.compare import recorded
+
+    values = [None, "cosine", 3, True]
+    space = tuning.Space(params={"schedule": tuning.Choice(values)}, trainer=schedules, metric="loss", mode="min",
+                         max_epochs=2, gpus_per_trial=0)
+    result = tuning.search(None, space, strategy="grid", seed=0, results_dir=tmp_path / "r")
+    assert result.status == "finished" and len(result.trials) == 4
+    assert result.best.config == {"schedule": "cosine"}
+    for table in (pd.read_parquet(tmp_path / "r" / "trials.parquet"), pd.read_parquet(tmp_path / "r" / "epochs.parquet"),
+                  pd.read_csv(tmp_path / "r" / "trials.csv", keep_default_na=False)):
+        assert sorted(map(json.loads, table["schedule"]), key=str) == sorted(values * (len(table) // 4), key=str)
+    replayed = recorded.read(str(tmp_path / "r"))
+    assert sorted((c["schedule"] for c in replayed.configs), key=str) == sorted(values, key=str)
+
+
 def test_choice_values_are_json_values_kept_as_files_hold_them():
     choice = tuning.Choice([{"layers": 2}, (3, 3), None])
     assert choice.values == ({"layers": 2}, [3, 3], None)  # a tuple as the list run.json holds

@@ -228,6 +228,15 @@ def _key(v):
     return ("json", json.dumps(v, sort_keys=True, default=repr)) if isinstance(v, (list, dict)) else v
 
 
+def json_cells(values) -> bool:
+    """Whether a table column of these values holds them as JSON text (results.config_cells): where
+    one is a list or a dict, or where they mix kinds (strings with numbers, bools with either), which
+    one parquet column cannot hold; None goes with any kind."""
+    kinds = {"json" if isinstance(v, (list, dict)) else "bool" if isinstance(v, bool)
+             else "number" if isinstance(v, (int, float)) else type(v).__name__ for v in values if v is not None}
+    return "json" in kinds or len(kinds) > 1
+
+
 def label(value) -> str:
     """A value as a table cell and a report's axis show it: JSON text for a list or a dict."""
     return json.dumps(value) if isinstance(value, (list, dict)) else str(value)

@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from tuning import atomic, objectives
+from tuning import params as param_types
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +135,15 @@ def read_rows(path: Path, quiet: bool = False) -> dict[str, list[dict]]:
 
 def config_cells(records: list[TrialRecord], params: list[str]):
     """rec -> its parameters as table cells. A parameter that took a list or a dict (a Choice of
-    them) has every value it took as JSON text, `null` for a chosen None, so its column holds one
-    type that CSV and parquet keep and `json.loads` reads back; an inactive one is an empty cell."""
-    as_json = {p for rec in records for p, v in rec.config.items() if p in params and isinstance(v, (list, dict))}
+    them), or values of mixed kinds (a string and a number), has every value it took as JSON text,
+    `null` for a chosen None, so its column holds one type that CSV and parquet keep and
+    `json.loads` reads back; an inactive one is an empty cell."""
+    taken = {p: [] for p in params}
+    for rec in records:
+        for p, v in rec.config.items():
+            if p in taken:
+                taken[p].append(v)
+    as_json = {p for p, values in taken.items() if param_types.json_cells(values)}
 
     def cells(rec: TrialRecord) -> dict:
         config = rec.config

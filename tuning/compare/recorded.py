@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from tuning import record as records
+from tuning import params as param_types
 from tuning import results, spacejson, spaces
 from tuning.cli import TuningError
 from tuning.report.render import number
@@ -189,7 +190,7 @@ def check(recorded: Recorded, space: spaces.Space, max_epochs: int, what: str = 
 
 
 def _json_choice(p) -> bool:
-    return isinstance(p, spaces.Choice) and any(isinstance(v, (list, dict)) for v in p.values)
+    return isinstance(p, spaces.Choice) and param_types.json_cells(p.values)
 
 
 # ---------------------------------------------------------------- the nearest recorded configuration
