@@ -190,6 +190,27 @@ def test_a_trainer_with_the_wrong_signature(tmp_path, capsys):
     assert "docs/your-trainer.md" in line and not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("keywords, says", [
+    ({"num_samples": 2.5}, "--num-samples must be a whole number, got 2.5"),
+    ({"num_samples": "4"}, "--num-samples must be a whole number, got '4'"),
+    ({"max_epochs": 0}, "--max-epochs must be at least 1, got 0"),
+    ({"seed": 1.5}, "--seed must be a whole number"),
+])
+def test_counts_from_python_are_whole_numbers_as_the_flags_take_them(tmp_path, keywords, says):
+    """2.5 trials reached Tune, which raised its own TuneError after the results dir was made."""
+    with pytest.raises(tuning.TuningError, match=says):
+        tuning.search(None, score_space(), strategy="random", results_dir=tmp_path / "r", **keywords)
+    assert not (tmp_path / "r").exists()
+
+
+def test_adding_trials_from_python_takes_a_whole_number(tmp_path):
+    """A resume with add_samples=1.5 added two trials and recorded 8.5 planned; 0 was told to pass
+    add_samples, which it had."""
+    for more, says in ((1.5, "--add-samples must be a whole number, got 1.5"), (0, "--add-samples must be at least 1")):
+        with pytest.raises(tuning.TuningError, match=says):
+            tuning.resume(tmp_path / "nothing_here", add_samples=more)
+
+
 def test_a_trainer_that_raises_in_every_trial(ray_here, tmp_path, capsys):
     capsys.readouterr()
     assert run.main(_argv(tmp_path, "user_trainers:raises")) == 1

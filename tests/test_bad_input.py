@@ -34,8 +34,11 @@ SPACES = {
                             .replace("{METRIC}", "loss"), "parameter 'lr' is declared twice"),
     "metric_never_reported": (GOOD.replace("{PARAMS}", "{'lr': LogUniform(1e-4, 1e-2)}").replace("{METRIC}", "val_acc"),
                               "metric 'val_acc' is never reported"),
+    "not_a_cifar_parameter": (GOOD.replace("{PARAMS}", "{'x': LogUniform(1e-4, 1e-2)}").replace("{METRIC}", "loss"),
+                              "'x' is not a parameter of the built-in CIFAR trainer"),
     "grid_too_large": ("from tuning.spaces import Uniform, Space\n"
-                       "SPACE = Space(params={f'x{i}': Uniform(0, 1, grid=3) for i in range(20)}, strategy='grid')",
+                       "SPACE = Space(params={f'x{i}': Uniform(0, 1, grid=3) for i in range(20)}, strategy='grid',"
+                       " trainer='counting_ones')",
                        "3,486,784,401 trials is too large"),
 }
 

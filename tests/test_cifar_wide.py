@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from conftest import ROOT
+import tuning
 from tuning import spaces
 from tuning.trial import data, trainer, trialstate
 
@@ -44,6 +45,20 @@ def test_the_trainer_takes_every_parameter_cifar_wide_searches():
     taken = inspect.signature(trainer.train_cifar).parameters
     assert set(space.params) | set(space.fixed) <= set(taken)
     assert set(STRATEGIES) <= set(spaces.STRATEGIES)
+
+
+def test_a_space_without_a_trainer_searches_only_the_cifar_trainers_keywords(tmp_path):
+    """A space that names no trainer runs the CIFAR trainer: a parameter it does not take is refused
+    when the space is declared, not in every trial after the data was made."""
+    passed_by_tuning = {"epochs", "train", "val", "device", "state", "on_epoch", "seed", "rank", "world_size"}
+    assert spaces.CIFAR_PARAMS == set(inspect.signature(trainer.train_cifar).parameters) - passed_by_tuning
+    with pytest.raises(tuning.TuningError, match="'x' is not a parameter of the built-in CIFAR trainer"):
+        tuning.search(None, spaces.Space(params={"lr": spaces.LogUniform(1e-4, 1e-2), "x": spaces.Uniform(0, 1)}),
+                      results_dir=tmp_path / "r")
+    with pytest.raises(tuning.TuningError, match="'dropout' is not a parameter"):
+        tuning.search(None, spaces.Space(params={"lr": spaces.LogUniform(1e-4, 1e-2)}, fixed={"dropout": 0.1}),
+                      results_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
 
 
 @pytest.mark.parametrize("kw, kind", [

@@ -74,6 +74,13 @@ def test_a_returning_trainer_is_refused_by_strategies_that_judge_epochs(tmp_path
     assert "\n" not in line and not (tmp_path / "r").exists()
 
 
+def test_tpes_refusal_of_a_returning_trainer_names_a_fix_other_than_tpe():
+    line = contract.one_report_refusal("tpe", 4, "objective")
+    assert "tpe runs Hyperband brackets up to max_epochs 4" in line
+    assert "or use --max-epochs 1, or --strategy random or grid" in line and "or tpe" not in line
+    assert contract.one_report_refusal("tpe", 1, "objective") is None
+
+
 def test_the_cli_refuses_a_returning_trainer_under_asha_with_one_line(tmp_path, capsys):
     space = tmp_path / "space.py"
     space.write_text("from tuning import Space, Uniform\n"

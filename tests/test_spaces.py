@@ -1,4 +1,5 @@
 import math
+import re
 
 import numpy as np
 import pytest
@@ -54,6 +55,32 @@ def test_shared_modules_are_not_spaces():
 def test_malformed_declarations_are_refused(bad):
     with pytest.raises(SpaceError):
         bad()
+
+
+@pytest.mark.parametrize("bad, says", [
+    (lambda: Uniform(0, float("inf")), "high must be a finite number, got inf"),
+    (lambda: LogUniform(1e-3, float("nan")), "high must be a finite number"),
+    (lambda: Uniform("0", 1), "low must be a finite number, got '0'"),
+    (lambda: IntUniform(1.5, 3.5), "low must be a finite whole number, got 1.5"),
+    (lambda: Uniform(0, 1, grid=2.5), "grid must be a whole number"),
+    (lambda: Choice("abc"), "Choice takes a list of values, got str"),
+    (lambda: Choice({"a", "b"}), "Choice takes a list of values, got set"),
+    (lambda: Space(params={"a": Uniform(0, 1)}, num_samples=0), "num_samples=0: give a whole number of at least 1"),
+    (lambda: Space(params={"a": Uniform(0, 1)}, max_epochs=0), "max_epochs=0"),
+    (lambda: Space(params={"a": Uniform(0, 1)}, num_samples=2.5), "num_samples=2.5"),
+    (lambda: Space(params={"a": Uniform(0, 1)}, reduction_factor=1), "at least 2"),
+])
+def test_values_no_run_could_use_are_refused_where_declared(bad, says):
+    """What Ray would refuse mid-run (an infinite bound), round silently (an integer range of
+    fractions) or take apart (a Choice of a string) is named where the space is declared."""
+    with pytest.raises(SpaceError, match=re.escape(says)):
+        bad()
+
+
+def test_whole_numbers_and_iterables_are_kept_as_the_runs_need_them():
+    assert IntUniform(1, 10.0).high == 10 and isinstance(IntUniform(1, 10.0).high, int)
+    assert Choice(range(1, 4)).values == (1, 2, 3) and Choice(np.array([2, 4])).values == (2, 4)
+    assert type(Space(params={"a": Uniform(0, 1)}, num_samples=np.int64(3)).num_samples) is int
 
 
 def test_log_uniform_samples_are_log_uniform():

@@ -144,6 +144,7 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
     cannot be imported by name (it was defined in a script or a notebook). mlflow,
     mlflow_experiment: as search()'s; by default a run tracked in MLflow goes on under the same
     parent run, and mlflow=False stops tracking it."""
+    inputs.check_at_least("add_samples", add_samples)
     folder = Path(results_dir).absolute()
     rec = records.read(folder, "--resume")
     if rec.status == "finished" and not add_samples:

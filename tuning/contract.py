@@ -213,9 +213,10 @@ def one_report_refusal(strategy: str, max_epochs: int, name: str) -> str | None:
            if strategy == "tpe" and max_epochs > 1 else None)
     if why is None:
         return None
+    instead = ("--max-epochs 1, or --strategy random or grid" if strategy == "tpe" else
+               "--strategy random, grid or tpe")
     return (f"trainer {name} returns its metrics once instead of calling on_epoch after each epoch, and {why}: "
-            "call on_epoch(metrics, state) after every epoch, or use --strategy random, grid or tpe "
-            "(docs/your-trainer.md)")
+            f"call on_epoch(metrics, state) after every epoch, or use {instead} (docs/your-trainer.md)")
 
 
 def one_report(returned, metric: str, name: str) -> tuple[dict | None, str | None]:

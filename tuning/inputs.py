@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 from pathlib import Path
 
 from tuning import cli, contract, growth, record as records, spacejson, spaces
@@ -29,12 +30,23 @@ def with_objectives(space: spaces.Space, objectives: dict | None, constraints: d
                              f"{{'loss': 'min', 'latency_ms': 'min'}}, got {objectives!r}")
         first, way = next(iter(objectives.items()))
         changes.update(objectives=objectives, metric=first, mode=way if way in ("min", "max") else "min")
+        if space.reference_point is not None and dict(objectives) != dict(space.objectives or {}):
+            # declared for the space's own objectives: for others (or other directions) it measures nothing
+            log.info("the space's reference point %s is for its own objectives: the report derives one from "
+                     "the results instead", space.reference_point)
+            changes["reference_point"] = None
     return space.replace(**changes)
 
 
 def check_at_least(name: str, value, minimum=1) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum):
-        flag = "--" + name.replace("_", "-")
+    """A count given as a keyword or a flag (None: the space's own): a whole number, as the CLI's
+    flags take it; 2.5 trials or "4" is a mistake to name, not to round."""
+    if value is None:
+        return
+    flag = "--" + name.replace("_", "-")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise UsageError(f"{flag} must be a whole number, got {value!r}")
+    if value < minimum:
         raise UsageError(f"{flag} must be at least {minimum}, got {value}")
 
 
@@ -59,7 +71,16 @@ def budget(value) -> float | None:
 
 def check_trainer(space: spaces.Space, workers: int) -> None:
     """A trainer of the user's, checked where the driver can: it imports, and it takes what tuning
-    passes (tuning.contract)."""
+    passes (tuning.contract); the built-in CIFAR trainer, which a space that names none runs, takes
+    every parameter the space searches or fixes."""
+    if space.trainer == "cifar":
+        unknown = [k for k in (*space.params, *space.fixed) if k not in spaces.CIFAR_PARAMS]
+        if unknown:
+            raise contract.ContractError(
+                f"{', '.join(map(repr, unknown))} {'is' if len(unknown) == 1 else 'are'} not a parameter of the "
+                "built-in CIFAR trainer, which a space that names no trainer runs: give the space "
+                "trainer=your_function (or 'module:function'), or search the CIFAR trainer's own "
+                f"({', '.join(sorted(spaces.CIFAR_PARAMS))})")
     if not contract.is_user_trainer(space.trainer):
         return
     fn = contract.resolve(space.trainer)

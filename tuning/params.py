@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import numbers
 from dataclasses import dataclass, field
 from typing import Union
 
@@ -54,6 +55,20 @@ def _no_log(declaration, log) -> None:
     raise SpaceError(f"{kind}(..., log={log!r}): {why}")
 
 
+def _bounds(declaration, whole: bool = False) -> None:
+    """low and high are finite numbers (whole ones for an integer range, kept as ints): Ray and
+    ConfigSpace would refuse an infinite bound mid-run, and IntUniform(1.5, 3.5) would draw 2..3."""
+    kind = type(declaration).__name__
+    for end in ("low", "high"):
+        v = getattr(declaration, end)
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or (whole and v != int(v)):
+            raise SpaceError(f"{kind} {end} must be a finite {'whole ' if whole else ''}number, got {v!r}")
+        object.__setattr__(declaration, end, int(v) if whole else v)
+    grid = getattr(declaration, "grid", None)
+    if grid is not None and (isinstance(grid, bool) or not isinstance(grid, numbers.Integral)):
+        raise SpaceError(f"{kind} grid must be a whole number of points, got {grid!r}")
+
+
 @dataclass(frozen=True)
 class _Range:
     """A continuous range from low to high; its grid is `grid` points, spaced as the subclass says."""
@@ -68,6 +83,7 @@ class _Range:
     def __post_init__(self, log=None):
         _when(self)
         _no_log(self, log)
+        _bounds(self)
         kind = type(self).__name__
         if not (0 < self.low < self.high if self.positive else self.low < self.high):
             raise SpaceError(f"{kind} needs {'0 < ' if self.positive else ''}low < high, "
@@ -112,6 +128,7 @@ class IntUniform:
     def __post_init__(self, log=None):
         _when(self)
         _no_log(self, log)
+        _bounds(self, whole=True)
         if not self.low < self.high:
             raise SpaceError(f"IntUniform needs low < high, got low={self.low} high={self.high}")
 
@@ -135,6 +152,7 @@ class IntLogUniform:
     def __post_init__(self, log=None):
         _when(self)
         _no_log(self, log)
+        _bounds(self, whole=True)
         if not 0 < self.low < self.high:
             raise SpaceError(f"IntLogUniform needs 0 < low < high, got low={self.low} high={self.high}")
         if self.grid < 1:
@@ -157,6 +175,10 @@ class Choice:
     when: dict | None = _WHEN
 
     def __init__(self, values, when=None):
+        # a str would be its letters, a set in no fixed order (grids and seeds would vary), a dict its keys
+        if isinstance(values, (str, bytes, set, frozenset, dict)) or not hasattr(values, "__iter__"):
+            raise SpaceError(f"Choice takes a list of values, got {type(values).__name__} {values!r}: "
+                             f"write Choice([...])")
         object.__setattr__(self, "values", tuple(_json_value(v, values) for v in values))
         object.__setattr__(self, "when", when)
         _when(self)

@@ -27,10 +27,11 @@ def _add_growth_flags(p: argparse.ArgumentParser) -> None:
                    help="with --resume: N more trials under the same strategy and seed lineage (new random "
                         "draws, the grid's next points, BOHB's model as it stands); earlier trials are kept")
     p.add_argument("--warm-start", nargs="+", metavar="DIR",
-                   help="start from earlier runs of the same space: BOHB's model is given their results; "
-                        "random, ASHA and Hyperband evaluate their best configurations first")
+                   help="start from earlier runs of the same space: BOHB's model (and adaptive's) is given "
+                        "their results; random, ASHA, median, Hyperband and tpe evaluate their best "
+                        "configurations first")
     p.add_argument("--warm-start-top", type=cli.positive_int, metavar="K",
-                   help="with --warm-start under random, ASHA or Hyperband: how many of the earlier best "
+                   help="with --warm-start under random, ASHA, median, Hyperband or tpe: how many of the earlier best "
                         "configurations run first (default 3)")
     p.add_argument("--time-budget", metavar="DURATION", type=_duration,
                    help="stop once the run has run this long (90s, 30m, 2h; downtime between a stop and "

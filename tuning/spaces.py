@@ -14,6 +14,7 @@ import dataclasses
 import importlib
 import importlib.util
 import math
+import numbers
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,6 +94,12 @@ class Space:
             raise SpaceError(str(exc)) from None
         if not self.params:
             raise SpaceError("a space needs at least one parameter")
+        for name, low in (("num_samples", 1), ("grid_repeats", 1), ("max_epochs", 1), ("grace_period", 1),
+                          ("reduction_factor", 2), ("workers_per_trial", 1), ("seed", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+                raise SpaceError(f"{name}={value!r}: give a whole number of at least {low}")
+            object.__setattr__(self, name, int(value))
         for key, p in self.params.items():
             if type(p).__module__.startswith("ray.tune"):
                 raise SpaceError(
@@ -131,6 +138,11 @@ class Space:
             return self.diverged_value
         return 1e6 if self.mode == "min" else -1e6
 
+
+# The CIFAR trainer's keywords a space may search or fix (tuning.trial.trainer.train_cifar; its epochs,
+# data, device, state, on_epoch, seed and DDP rank tuning passes itself).
+CIFAR_PARAMS = {"lr", "batch_size", "weight_decay", "width", "depth", "optimizer", "momentum", "nesterov",
+                "label_smoothing", "augment", "precision", "max_steps"}
 
 # What the CIFAR trainer reports every epoch, on any device (tuning.trial.trainer.train_cifar; the CUDA
 # memory figures only on a GPU, so a bound on them is left to a trainer of your own).
