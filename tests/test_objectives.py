@@ -6,6 +6,7 @@ non-dominated full-budget trials of their trials.csv, carried through a resume."
 
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +107,33 @@ def test_a_reference_point_is_kept_by_objective_and_survives_run_json():
     assert "reference_point" not in spacejson.to_json(tradeoff_space())  # a run that declares none reads as before
 
 
+@pytest.mark.parametrize("declared, says", [
+    ({"constraints": {"peak_mem_gb": "<="}}, "constraint on 'peak_mem_gb' is '<=': give the operator and the bound"),
+    ({"constraints": {"peak_mem_gb": "at most 4"}}, "is 'at most 4': give the operator and the bound"),
+    ({"constraints": {"peak_mem_gb": "peak_mem_gb<=4"}}, "{'peak_mem_gb': '<= 4'}"),
+    ({"reference_point": [2, float("nan")]}, "latency_ms=nan is not a finite number"),
+    ({"reference_point": [2]}, "has 1 values for 2 objectives"),
+])
+def test_a_malformed_bound_or_reference_point_is_named_as_written(declared, says):
+    """A constraint given as text that did not parse was reported as 'is None', and a reference
+    point holding NaN as having the wrong count."""
+    with pytest.raises(SpaceError, match=re.escape(says)):
+        tradeoff_space(**declared)
+
+
+def test_objectives_given_over_a_spaces_own_drop_the_reference_point_declared_for_those():
+    """--objective latency_ms:max kept a point declared for latency_ms:min, under which every front
+    had hypervolume 0; one --objective was refused, with no flag to drop the point."""
+    from tuning import inputs
+
+    space = tradeoff_space(reference_point=[2, 12])
+    assert inputs.with_objectives(space, dict(TWO), None).reference_point == {"loss": 2.0, "latency_ms": 12.0}
+    assert inputs.with_objectives(space, {"loss": "min", "latency_ms": "max"}, None).reference_point is None
+    one = inputs.with_objectives(space, {"loss": "min"}, None)
+    assert one.reference_point is None and one.objectives == {"loss": "min"}
+    assert inputs.with_objectives(space, None, {"peak_mem_gb": "<= 2"}).reference_point == space.reference_point
+
+
 def test_a_metric_that_only_grows_is_declared_by_a_third_item_and_survives_run_json():
     space = tradeoff_space(constraints={"peak_mem_gb": ("<=", 4, "grows"), "latency_ms": "<= 9"})
     assert space.constraints == {"peak_mem_gb": ("<=", 4.0, "grows"), "latency_ms": ("<=", 9.0)}
@@ -137,6 +165,8 @@ def test_the_median_rule_refuses_and_says_why(tmp_path):
     assert "no median that orders trials" in str(err.value) and "use --strategy asha" in str(err.value)
     assert not folder.exists()
     assert [s for s in spaces.STRATEGIES if objectives.strategy_refusal(tradeoff_space(), s)] == ["median"]
+    one = objectives.strategy_refusal(tradeoff_space(objectives=None, metric="loss"), "median")
+    assert "with a constraint" in one and "cannot put feasible trials before infeasible" in one and "several" not in one
 
 
 def test_the_command_line_refuses_bad_objectives_and_writes_nothing(capsys, tmp_path):
@@ -149,6 +179,9 @@ def test_the_command_line_refuses_bad_objectives_and_writes_nothing(capsys, tmp_
     refused(capsys, run.main, [*base, "--objective", "loss:min", "--objective", "loss:max"], "more than once")
     refused(capsys, run.main, [*base, "--constraint", "peak_mem_gb<4"], "use '<=' or '>='")
     refused(capsys, run.main, [*base, "--constraint", "peak_mem_gb"], "give NAME<=BOUND or NAME>=BOUND")
+    for no_bound in ("peak_mem_gb<=", "peak_mem_gb=<4"):  # '<' with '=' for a bound was read before
+        refused(capsys, run.main, [*base, "--constraint", no_bound], f"--constraint {no_bound}: give NAME<=BOUND")
+    refused(capsys, run.main, [*base, "--constraint", "peak_mem_gb<=abc"], "the bound must be a finite number")
     refused(capsys, run.main, [*base, "--constraint", "m<=1", "--constraint", "m>=0"], "one bound per metric")
     refused(capsys, run.main, [*base, "--objective", "loss:min", "--objective", "latency_ms:min", "--strategy",
                                "median"], "no median that orders trials")

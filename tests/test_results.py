@@ -83,6 +83,21 @@ def test_files_meant_for_committing_name_paths_inside_the_working_folder_relativ
     assert "--results-dir run --data-dir /elsewhere/data" in md  # outside the working folder: as it was
 
 
+def test_an_empty_front_is_put_down_to_the_constraints_only_where_a_trial_reached_the_full_budget(tmp_path):
+    """Ten trials that all crashed at their first epoch were summed up as 'no trial met the
+    constraints', which sent the user to loosen a bound that had nothing to do with it."""
+    from tuning.searchresult import SearchResult
+
+    rec = record.RunRecord(space="tiny", strategy="random", seed=0, num_samples=2, max_epochs=2, status="finished")
+    crashed = pd.DataFrame({"trial_id": ["a", "b"], "epochs": [0, 0], "status": ["ERROR", "ERROR"], "error": ["boom"] * 2,
+                            "feasible": [False, False], "diverged": [False, False]})
+    over = crashed.assign(epochs=[2, 2], status=["TERMINATED", "TERMINATED"])
+    for trials, why in ((crashed, "no trial reached the full budget with every objective measured"),
+                        (over, "no trial met the constraints at the full budget")):
+        text = SearchResult(tmp_path, "finished", trials, pd.DataFrame(), None, rec, None, pareto=trials.iloc[0:0]).summary()
+        assert f"Pareto front: empty ({why})" in text
+
+
 @pytest.mark.parametrize("status", ["finished", "interrupted", "time budget spent"])
 def test_the_summary_of_a_run_without_a_best_trial_says_why_and_how_to_go_on(tmp_path, status):
     from tuning.searchresult import SearchResult

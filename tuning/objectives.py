@@ -29,8 +29,9 @@ OPERATORS = ("<=", ">=")
 # rule compares one metric's running mean with the others' median, and a vector has no median
 # that orders trials, so it refuses.
 STRATEGIES = ("grid", "random", "tpe", "asha", "hyperband", "bohb", "adaptive")
-NOT_YET = ("the median stopping rule compares one metric with the median of the others' running means, and several "
-           "objectives have no median that orders trials")
+NOT_YET = "the median stopping rule compares one metric with the median of the others' running means, and "
+WHY_NOT = {"several objectives": "several objectives have no median that orders trials",
+           "a constraint": "a median of one metric cannot put feasible trials before infeasible ones"}
 # A constraint declared ("<=", bound, GROWS) is on a metric that can only grow (peak memory,
 # elapsed time): a trial past its bound can never come back under it, so it is stopped there.
 GROWS = "grows"
@@ -112,9 +113,12 @@ def bound(name, c) -> tuple:
     grow: ("<=", 4), ["<=", 4] (as JSON keeps it), "<= 4", ("<=", 4, "grows") or "<= 4 grows"."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"constraints=: {name!r} is not a metric's name: use the name the trainer reports")
-    if isinstance(c, str):
-        m = re.fullmatch(r"\s*([<>=!]=?)\s*(\S+)\s*(\S+)?\s*", c)
-        c = (m[1], _number(m[2]), *([m[3]] if m[3] else [])) if m else None
+    if isinstance(c, str):  # the bound may not start with an operator's character: '<=' alone has none
+        m = re.fullmatch(r"\s*([<>=!]=?)\s*([^<>=!\s]\S*)\s*(\S+)?\s*", c)
+        if not m:
+            raise ValueError(f"constraint on {name!r} is {c!r}: give the operator and the bound, "
+                             f"{{{name!r}: '<= 4'}} or {{{name!r}: ('>=', 0.9)}}")
+        c = (m[1], _number(m[2]), *([m[3]] if m[3] else []))
     if not isinstance(c, (list, tuple)) or len(c) not in (2, 3):
         raise ValueError(f"constraint on {name!r} is {c!r}: give it as ('<=', bound) or ('>=', bound), "
                          "or ('<=', bound, 'grows') for a metric that only grows")
@@ -148,7 +152,7 @@ def parse_objective(text: str) -> tuple[str, str]:
 
 def parse_constraint(text: str) -> tuple[str, tuple[str, float]]:
     """--constraint 'NAME<=BOUND' or 'NAME>=BOUND'; 'NAME<=BOUND grows' for a metric that only grows."""
-    m = re.fullmatch(r"\s*([^<>=!\s]+)\s*([<>=!]=?)\s*(\S+?)(?:\s+(\S+))?\s*", text)
+    m = re.fullmatch(r"\s*([^<>=!\s]+)\s*([<>=!]=?)\s*([^<>=!\s]\S*?)(?:\s+(\S+))?\s*", text)
     if not m:
         raise ValueError(f"--constraint {text}: give NAME<=BOUND or NAME>=BOUND, e.g. --constraint 'peak_mem_gb<=4' "
                          "('peak_mem_gb<=4 grows' for a metric that only grows)")
@@ -183,10 +187,14 @@ def reference_point(point, objectives: dict | None) -> dict | None:
     else:
         raise ValueError(f"reference_point={point!r}: a dict by objective or a list in their order, "
                          f"e.g. {dict.fromkeys(names, 1.0)}")
-    if len(values) != len(names) or not all(isinstance(v, numbers.Real) and not isinstance(v, bool)
-                                            and math.isfinite(v) for v in values):
+    if len(values) != len(names):
         raise ValueError(f"reference_point={point!r} has {len(values)} values for {len(names)} objectives "
                          f"({', '.join(names)}): give one finite number per objective")
+    bad = [f"{k}={v!r}" for k, v in zip(names, values)
+           if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"reference_point={point!r}: {', '.join(bad)} is not a finite number: give one finite "
+                         "number per objective, worse than any result you care about")
     return dict(zip(names, map(float, values)))
 
 
@@ -229,7 +237,8 @@ def strategy_refusal(space, strategy: str) -> str | None:
     if not multi(space) or strategy in STRATEGIES:
         return None
     what = "several objectives" if len(of(space)) > 1 else "a constraint"
-    return f"strategy {strategy} with {what} ({describe(space)}): {NOT_YET}; use --strategy asha (MO-ASHA) instead"
+    return (f"strategy {strategy} with {what} ({describe(space)}): {NOT_YET}{WHY_NOT[what]}; use --strategy asha "
+            "(MO-ASHA) instead")
 
 
 def amounts(values: dict, constraints: dict) -> dict[str, float]:

@@ -127,7 +127,11 @@ class SearchResult:
             return []
         ways = self.record.declaration.get("objectives") or {self.record.metric: self.record.mode}
         if self.pareto.empty:
-            return ["  Pareto front: empty (no trial met the constraints at the full budget); pareto.csv has none"]
+            t = self.trials
+            reached = not t.empty and (pd.to_numeric(t["epochs"]) >= self.record.max_epochs).any()
+            why = ("no trial met the constraints at the full budget" if reached and "feasible" in t else
+                   "no trial reached the full budget with every objective measured")
+            return [f"  Pareto front: empty ({why}); pareto.csv has none"]
         points = "; ".join(", ".join(f"{k} {_fmt(row[k])}" for k in ways) for _, row in self.pareto.head(5).iterrows())
         more = f"; and {len(self.pareto) - 5} more" if len(self.pareto) > 5 else ""
         return [f"  Pareto front ({', '.join(f'{k} {v}' for k, v in ways.items())}): {len(self.pareto)} trial(s) in "
