@@ -36,6 +36,23 @@ def smoke(tmp_path_factory):
 
 
 @pytest.mark.timeout(900)
+
+def test_a_shipped_experiment_is_found_by_name_from_any_folder(tmp_path, monkeypatch):
+    """The documented `python -m tuning.compare experiments/zdt`, run outside the checkout, said
+    "no experiment at experiments/zdt.py: available are " and listed nothing."""
+    from tuning.cli import TuningError
+    from tuning.compare.experiment import load_experiment
+
+    monkeypatch.chdir(tmp_path)
+    name, exp = load_experiment("experiments/counting_ones")
+    assert name == "counting_ones" and exp.space == "counting_ones"
+    with pytest.raises(TuningError, match="no experiment at experiments/nothing.py: available are .*experiments/zdt"):
+        load_experiment("experiments/nothing")
+    (tmp_path / "experiments").mkdir()  # a folder of the user's own: its file is the one run
+    (tmp_path / "experiments" / "counting_ones.py").write_text("raise RuntimeError('mine')\n")
+    with pytest.raises(TuningError, match="does not load"):
+        load_experiment("experiments/counting_ones")
+
 def test_smoke_comparison_writes_every_file(smoke):
     proc, out = smoke
     for name in FILES:

@@ -42,11 +42,20 @@ class Experiment:
     reference_point: tuple | dict | None = None
 
 
+# The checkout's experiments, found by name from any working folder (a source checkout or an editable
+# install; a wheel has none, and then only a path to the file finds one).
+SHIPPED = Path(__file__).resolve().parents[2] / "experiments"
+
+
 def load_experiment(path: str) -> tuple[str, Experiment]:
     file = Path(path if path.endswith(".py") else f"{path}.py")
+    if not file.is_file() and file.parent in (Path("."), Path("experiments")) and (SHIPPED / file.name).is_file():
+        file = SHIPPED / file.name  # experiments/zdt run from outside the checkout
     if not file.is_file():
-        names = sorted(p.stem for p in Path("experiments").glob("*.py") if not p.stem.startswith("_"))
-        raise UsageError(f"no experiment at {file}: available are {', '.join('experiments/' + n for n in names)}")
+        names = sorted(p.stem for p in SHIPPED.glob("*.py") if not p.stem.startswith("_"))
+        known = f"available are {', '.join('experiments/' + n for n in names)}" if names else \
+            "give the path of a file that defines EXPERIMENT = Experiment(...)"
+        raise UsageError(f"no experiment at {file}: {known}")
     spec = importlib.util.spec_from_file_location(f"experiments.{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
     try:
