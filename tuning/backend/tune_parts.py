@@ -122,13 +122,14 @@ class Reporter(rayinternals.Reporter):
         return SimpleNamespace(trial_id=best.trial_id, last_result={**best.last_result, "config": full})
 
     def setup_progress(self, planned: int, results_dir: Path | None, *, strategy: str = "",
-                       elapsed_before_s: float = 0.0, constraints: dict | None = None) -> None:
+                       elapsed_before_s: float = 0.0, constraints: dict | None = None, worst: float | None = None) -> None:
         """Each table is followed by a progress line (tuning/progress.py) over `planned` epochs,
         also written to results_dir/progress.json for the live report; an interactive terminal
         also gets a progress bar, updated at every step. `elapsed_before_s`: the wall time of the
         run's earlier segments (a resume), which the elapsed time goes on from."""
         self._planned, self._progress_file = planned, results_dir and results_dir / progress.PROGRESS_FILE
         self._constraints = constraints or {}  # the line's best is of feasible results
+        self._worst = worst  # what a diverged trial reports: no one's best (a run where all diverged shows none)
         self._strategy, self._before = strategy, elapsed_before_s
         self._started, self._at_start, self._at_once, self._early = time.monotonic(), None, 1, None
         self._last = (None, None)  # (when, epochs done) at the last line: the recent rate
@@ -166,9 +167,10 @@ class Reporter(rayinternals.Reporter):
         per_epoch = [r["time_total_s"] / r["training_iteration"] for r in results if r.get("time_total_s")]
         if self._constraints:  # the best feasible one: an infeasible value is no one's best
             values = [r[self.metric] for r in results if isinstance(r.get(self.metric), (int, float))
-                      and objectives.violation(r, self._constraints) == 0]
+                      and r[self.metric] != self._worst and objectives.violation(r, self._constraints) == 0]
         else:
-            values = [t.metric_analysis[self.metric][self.mode] for t in trials if self.metric in t.metric_analysis]
+            values = [v for t in trials if self.metric in t.metric_analysis
+                      for v in [t.metric_analysis[self.metric][self.mode]] if v != self._worst]
         best = (min if self.mode == "min" else max)(values) if values else None
         now = time.monotonic()
         last_at, last_done = self._last
@@ -214,7 +216,7 @@ def reporter(space: spaces.Space, every_s: float = 30, *, planned: int | None = 
                      print_intermediate_tables=True)
     if planned is not None:
         table.setup_progress(planned, results_dir, strategy=strategy, elapsed_before_s=elapsed_before_s,
-                             constraints=dict(space.constraints))
+                             constraints=dict(space.constraints), worst=space.worst)
     return table
 
 
