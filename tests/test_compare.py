@@ -12,6 +12,7 @@ import pytest
 
 from cli_helpers import refused
 from conftest import ROOT
+from tuning import spaces
 from tuning.compare import peers, runner as compare
 from tuning.report import analysis
 
@@ -208,6 +209,43 @@ def test_experiment_naming_an_unknown_strategy_or_benchmark(capsys, tmp_path, bo
     before = sorted(p.name for p in tmp_path.iterdir())
     refused(capsys, compare.main, [str(tmp_path / "bad"), "--out", str(tmp_path / "out")], needle)
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+def test_an_out_folder_of_another_comparison_or_one_that_cannot_be_made_is_refused(capsys, tmp_path):
+    """--out of a comparison over other settings kept its runs as this one's ('finished in an
+    earlier invocation, kept') and reported runs trained to 9 epochs as runs of 3; an --out that
+    could not be made was a traceback."""
+    (tmp_path / "exp.py").write_text("from tuning.compare import Experiment\n"
+                                     "EXPERIMENT = Experiment(space='counting_ones', budget=2, max_epochs=3, "
+                                     "strategies=('random',), peers=())\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    exp = compare.Experiment(space="counting_ones", budget=4, max_epochs=9, seeds=(0,))
+    compare.write_records(out, "x", exp, spaces.load("counting_ones"), None, smoke=False, budget=4, max_t=9,
+                          seeds=[0], argv=["x"])
+    before = sorted(p.name for p in out.rglob("*"))
+    refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(out)],
+            "holds the runs of another comparison", "max_t 9 there, 3 now", "budget 4 there, 2 now")
+    assert sorted(p.name for p in out.rglob("*")) == before
+    (tmp_path / "file").write_text("")
+    refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(tmp_path / "file" / "out")],
+            "cannot make the folder there", "give a folder you can write")
+
+
+def test_a_parameter_named_as_a_column_of_every_result_is_refused(capsys, tmp_path):
+    """A trainer's `loss` parameter (scikit-learn's SGDClassifier has one) took runs.csv's loss column."""
+    (tmp_path / "sgd.py").write_text(
+        "from tuning import Space, Choice, Uniform\n"
+        "def train(*, loss, lr, epochs, state=None, on_epoch):\n"
+        "    return {'val_error': lr}\n"
+        "SPACE = Space(params={'loss': Choice(['hinge', 'log_loss']), 'lr': Uniform(0.0, 1.0)}, trainer=train,\n"
+        "              metric='val_error', strategy='random', gpus_per_trial=0)\n")
+    (tmp_path / "exp.py").write_text("from tuning.compare import Experiment\n"
+                                     f"EXPERIMENT = Experiment(space={str(tmp_path / 'sgd.py')!r}, budget=2,"
+                                     " strategies=('random',), peers=())\n")
+    refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(tmp_path / "out")],
+            "parameter 'loss' has the name of a column runs.csv has for every result")
+    assert not (tmp_path / "out").exists()
 
 
 def test_an_experiment_over_several_objectives_without_a_reference_point_is_refused(capsys, tmp_path):

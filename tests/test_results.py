@@ -22,6 +22,21 @@ def _run(folder):
     return folder
 
 
+def test_the_report_of_a_run_still_going_is_refused_not_rebuilt_as_a_killed_ones(tmp_path):
+    """tuning.report on a live run wrote 'stopped before writing its tables (killed or crashed)'
+    over the live page, which then stopped reloading until the run wrote it again."""
+    from tuning import inputs
+
+    folder = _run(tmp_path / "run")
+    held = inputs.lock(folder)  # as tuning.run holds it while it runs
+    try:
+        with pytest.raises(analysis.ReportError, match="is a run still going"):
+            runreport.regenerate(folder)
+    finally:
+        held.release()
+    assert not runreport._held(folder)  # once it has ended, or died: the OS drops the lock
+
+
 def test_a_table_reads_back_the_same_from_parquet_and_from_csv_ids_as_text(tmp_path):
     folder = _run(tmp_path / "run")
     from_parquet = results.read_table(folder, "epochs")

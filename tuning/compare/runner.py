@@ -71,6 +71,38 @@ def _run_rows(rows: list[dict], *, benchmark: str, strategy: str, seed: int, max
     return pd.DataFrame(out)
 
 
+# The columns _run_rows writes for every result: a parameter of the same name would overwrite one.
+ROW_COLUMNS = ("benchmark", "strategy", "seed", "run_id", "trial_id", "training_iteration", "loss", "full_fidelity",
+               "consumed_budget", "wall_s", "device_hours", "epoch", "accuracy", "recorded_trial")
+
+
+def _check_out(out: Path, exp: Experiment, space: spaces.Space, *, max_t: int, budget: float, smoke: bool) -> None:
+    """Before anything is written: the output folder can be made, and the finished runs it keeps
+    were made by this comparison (runs of another space, max_t or budget would be reported as
+    this one's), and no parameter takes the name of a column every result row has."""
+    clash = [p for p in space.params if p in ROW_COLUMNS or p == space.metric]
+    if clash:
+        raise UsageError(f"parameter {clash[0]!r} has the name of a column runs.csv has for every result: name it "
+                         f"otherwise in the space and the trainer (e.g. {clash[0]}_fn) to compare it")
+    before = out / "experiment.json"
+    if before.is_file():
+        try:
+            old = results.read_json(before)
+        except results.ReadError as exc:
+            raise UsageError(f"--out {out}: {exc}: give another --out") from None
+        now = {"space": provenance.portable(exp.space), "metric": space.metric, "mode": space.mode,
+               "params": list(space.params), "max_t": max_t, "budget": budget, "smoke": smoke}
+        differ = [f"{k} {old[k]!r} there, {v!r} now" for k, v in now.items() if k in old and old[k] != v]
+        if differ:
+            raise UsageError(f"--out {out} holds the runs of another comparison ({'; '.join(differ)}): give another "
+                             "--out, or the same settings to go on with it")
+    try:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot make the folder there ({exc.strerror or exc}): give a folder you "
+                         "can write") from None
+
+
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
     # A run's file appears whole or not at all: it marks the run finished.
     results.write_atomic(path, lambda p: df.to_csv(p, index=False))
@@ -105,8 +137,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     seed_list = list(exp.seeds if seeds is None and "seeds" not in over else
                      range(seeds if seeds is not None else over["seeds"]))
     params = list(space.params)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "runs").mkdir(exist_ok=True)
+    _check_out(out, exp, space, max_t=max_t, budget=budget, smoke=smoke)
     peer_names = _peers(exp, space)
     jobs = [(s, seed) for seed in seed_list for s in (*exp.strategies, *peer_names)]
     todo = [(s, seed) for s, seed in jobs if not (out / "runs" / f"{s}-s{seed}.csv").exists()]
@@ -142,7 +173,8 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
             warm = _warm(exp, strategy, seed, out, over, setting)
             rows = _one_run(strategy=strategy.removesuffix("+warm"), seed=seed, budget=budget,
                             run_dir=out / "runs" / run_id, **warm, **setting)
-        df = _run_rows(rows, benchmark=space.trainer if space.trainer != "cifar" else name, strategy=strategy,
+        df = _run_rows(rows, benchmark=spaces.trainer_name(space.trainer) if space.trainer != "cifar" else name,
+                       strategy=strategy,
                        seed=seed, max_t=max_t, params=params, cpus=space.cpus_per_trial, metric=space.metric,
                        others=tuple(objectives.required(space)))
         _write_csv(df, done)
@@ -213,7 +245,7 @@ def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, so
     results.write_json(out / "provenance.json", {  # paths as provenance.portable gives them: these get committed
         "command": "python -m tuning.compare " + " ".join(map(provenance.portable, argv)),
         "data": {"kind": source.kind if source else (provenance.portable(exp.space) if recorded
-                                                     else f"benchmark:{space.trainer}"),
+                                                     else f"benchmark:{spaces.trainer_name(space.trainer)}"),
                  "root": provenance.portable(source.root) if source else None},
         "machine": provenance.machine(), "seeds": seeds, "git_commit": provenance.git_commit(),
         "versions": provenance.versions()})
