@@ -152,6 +152,8 @@ def test_bad_dir_exits_2_with_one_line(tmp_path, capsys, setup):
     assert report.main([str(d)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "Traceback" not in err and err.startswith("tuning.report: error:")
+    if setup != "bad-json":  # tuning.report takes a run's folder too: the line says so
+        assert "pass a run's results dir (it holds run.json) or the folder python -m tuning.compare wrote" in err
 
 
 def test_mann_whitney_finds_the_better_strategy(tmp_path):

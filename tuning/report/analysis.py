@@ -31,10 +31,11 @@ def load(out_dir: Path) -> tuple[pd.DataFrame, dict, dict]:
     """(runs, experiment, provenance) of a comparison folder, checked against the input contract."""
     out_dir = Path(out_dir)
     if not out_dir.is_dir():
-        raise ReportError(f"{out_dir} is not a folder: pass the folder python -m tuning.compare wrote")
+        raise ReportError(f"{out_dir} is not a folder: pass a run's results dir (it holds run.json) or the folder "
+                          "python -m tuning.compare wrote")
     if not (out_dir / "runs.parquet").exists() and not (out_dir / "runs.csv").exists():
         raise ReportError(f"{out_dir} holds no runs.csv or runs.parquet: "
-                          "pass the folder python -m tuning.compare wrote")
+                          "pass a run's results dir (it holds run.json) or the folder python -m tuning.compare wrote")
     try:
         exp = results.read_json(out_dir / "experiment.json")
         prov = results.read_json(out_dir / "provenance.json") if (out_dir / "provenance.json").exists() else None
