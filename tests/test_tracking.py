@@ -281,9 +281,17 @@ def test_an_unreachable_server_is_refused_before_anything_starts(capsys, tmp_pat
     assert not folder.exists()  # checked before the results dir (and so before Ray)
 
 
+def test_a_file_uri_with_one_slash_is_the_folder_it_names(tmp_path):
+    from tuning import tracking_store
+
+    for uri in (f"file:{tmp_path}/mlruns", f"file://{tmp_path}/mlruns", str(tmp_path / "mlruns")):
+        assert tracking_store._normalise(uri, create=True) == f"sqlite:///{tmp_path / 'mlruns' / tracking_store.DB}"
+
+
 @pytest.mark.parametrize("uri,needle", [
     ("http//127.0.0.1:5000", "not a tracking URI"),
     ("http:/127.0.0.1:5000", "not a tracking URI"),
+    ("file:mlruns", "file:///path or a folder"),
     ("http://", "a server's URI is http(s)://HOST[:PORT]"),
     ("http://host:port", "a server's URI is http(s)://HOST[:PORT]"),
     ("ftp://host/x", "unknown scheme 'ftp'"),

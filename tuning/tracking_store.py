@@ -91,8 +91,10 @@ def _normalise(uri: str, create: bool) -> str:
     unless MLFLOW_ALLOW_FILE_STORE is set, and recommends SQLite."""
     parsed = urlparse(uri)
     scheme = parsed.scheme.split("+")[0].lower()  # postgresql+psycopg2: postgresql
-    if re.match(r"(https?|sqlite|file):(?!//)|(https?|sqlite)//", uri) or (not scheme and ":" in uri):
-        raise UsageError(f"--mlflow {uri}: not a tracking URI; give http://host:port, sqlite:///path/{DB} or a folder")
+    # file:/abs/path is a file URI as much as file:///abs/path; http:/host and file:relative are typos
+    if re.match(r"(https?|sqlite):(?!//)|file:(?!/)|(https?|sqlite)//", uri) or (not scheme and ":" in uri):
+        raise UsageError(f"--mlflow {uri}: not a tracking URI; give http://host:port, sqlite:///path/{DB}, "
+                         "file:///path or a folder")
     if scheme in ("", "file"):
         folder = Path(parsed.path if scheme else uri).expanduser().absolute()
         try:
