@@ -3,6 +3,7 @@ finished run, --warm-start starts from earlier runs, --time-budget counts only r
 every trial's device-hours are in the tables."""
 
 import json
+import logging
 import math
 import signal
 import subprocess
@@ -65,6 +66,20 @@ def test_warm_start_evaluates_the_earlier_best_first(random_run, tmp_path):
     assert first == [tuple(r) for r in earlier[PARAMS].head(3).itertuples(index=False)]
     assert json.loads((tmp_path / "warm" / "run.json").read_text())["warm_start"]["top"] == 3
     assert proc.returncode == 0
+
+
+def test_a_warm_start_from_a_run_of_the_same_seed_says_its_draws_repeat(random_run, caplog):
+    """The earlier run's random draws come again, in order, under its seed: a new-user trial
+    found two of eight warm-started trials copies of earlier ones."""
+    from tuning import inputs
+
+    seed = json.loads((random_run / "run.json").read_text())["seed"]
+    space = spaces.load("counting_ones")
+    with caplog.at_level(logging.WARNING, logger="tuning.inputs"):
+        inputs.warm_start(space, "random", [random_run], 3, seed + 1)
+        assert not caplog.records
+        inputs.warm_start(space, "random", [random_run], 3, seed)
+    assert f"ran with seed {seed} too" in caplog.text and "give --seed another value" in caplog.text
 
 
 def test_a_warm_started_bohb_model_holds_every_earlier_result_at_its_budget(random_run):

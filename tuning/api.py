@@ -102,7 +102,8 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         trainer=spaces.trainer_name(space.trainer), argv=argv, max_failures=max_failures, smoke=small,
         storage_path=inputs.storage(storage_path), tune_logs=tune_logs,
         precision=inputs.precision(space, precision), time_budget_s=inputs.budget(time_budget),
-        warm_start=inputs.warm_start(space, strategy, warm_start, warm_start_top), declaration=spacejson.to_json(space),
+        warm_start=inputs.warm_start(space, strategy, warm_start, warm_start_top, seed),
+        declaration=spacejson.to_json(space),
         data_args={"kind": data or ("synthetic" if smoke else "auto"), "data_dir": str(Path(data_dir).absolute()),
                    "seed": seed, "synthetic_train": small.get("synthetic_train", 50_000),
                    "synthetic_test": small.get("synthetic_test", 10_000)})

@@ -298,8 +298,11 @@ def extension(space: spaces.Space, rec: records.RunRecord, add_samples: int | No
     return add_samples
 
 
-def warm_start(space: spaces.Space, strategy: str, dirs: list | None, top: int | None) -> dict | None:
-    """What a warm start brings: earlier results (BOHB) or best configurations (the others)."""
+def warm_start(space: spaces.Space, strategy: str, dirs: list | None, top: int | None,
+               seed: int | None = None) -> dict | None:
+    """What a warm start brings: earlier results (BOHB) or best configurations (the others). An
+    earlier run of the same seed drew the same random configurations in the same order, which
+    this run would draw again: said, as --seed is the user's to choose."""
     if not dirs:
         return None
     if strategy == "grid":
@@ -311,5 +314,9 @@ def warm_start(space: spaces.Space, strategy: str, dirs: list | None, top: int |
     top = 3 if top is None else top
     check_at_least("warm_start_top", top)
     runs = growth.earlier_runs([str(d) for d in dirs], space)
+    same = [str(Path(d).absolute()) for d, (rec, _) in zip(dirs, runs) if rec.seed == seed]
+    if same:
+        log.warning("--warm-start: %s ran with seed %s too, so this run's random draws repeat its configurations "
+                    "in the same order; give --seed another value to draw new ones", ", ".join(same), seed)
     return {"dirs": [str(Path(d).absolute()) for d in dirs], "top": top, "results": len(growth.all_rows(runs)),
             "configs": [] if strategy in ("bohb", "adaptive") else growth.best_configs(runs, space, top)}
