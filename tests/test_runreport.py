@@ -228,7 +228,7 @@ def _plan(status="running"):
 def test_every_way_a_trial_ends_is_told_apart(tmp_path):
     out = runreport.write_from_records(tmp_path, RECORDS, _plan(), live=True)
     md = out["markdown"].read_text()
-    assert ("6 trials: 2 trained its full budget, 1 stopped early by the scheduler, 1 diverged (metric turned "
+    assert ("6 trials: 2 reached the full budget, 1 stopped early by the scheduler, 1 diverged (metric turned "
             "NaN/inf after its last point), 1 failed (training raised), 1 still running or waiting to start or "
             "resume; 1 paused and resumed") in md
     for outcome in ("| full budget |", "| stopped early |", "| diverged |", "| failed: ValueError: boom |",

@@ -23,7 +23,7 @@ from tuning import params, spaces
 # How a trial ended, as (line style, end marker, legend text). A trial gets one of these; being
 # paused and resumed is drawn on top as a circle at each epoch it resumed from.
 FATES = {
-    "full": ("-", "", "trained its full budget"),
+    "full": ("-", "", "reached the full budget"),
     "early": ("--", "x", "stopped early by the scheduler"),
     "diverged": ("-.", "v", "diverged (metric turned NaN/inf after its last point)"),
     "failed": (":", "X", "failed (training raised)"),
