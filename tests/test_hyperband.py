@@ -10,7 +10,7 @@ import pytest
 from ray.tune.experiment import Trial
 from ray.tune.schedulers import TrialScheduler
 
-from tuning import backend, spaces
+from tuning import backend, progress, spaces
 
 MAX_T, ETA, BUDGET = 27, 3, 30  # rungs 1, 3, 9, 27; a band costs about 13 full evaluations
 S_MAX = 3
@@ -143,3 +143,26 @@ def test_a_rung_whose_last_trials_pause_together_is_decided_at_the_next_free_slo
     # `other` keeps a worker busy, so Ray's own fallback (process when nothing runs) never comes.
     assert hb.choose_trial_to_run(controller) is a  # the rung is decided: the best goes on
     assert sorted(map(id, controller.stopped)) == sorted([id(b), id(c)])  # the others are stopped
+
+
+def test_a_bracket_ends_at_max_t_whatever_max_t_is():
+    """The paper's rungs are max_t * eta^(i - s): Ray's int(r * eta) from an r0 rounded down gave
+    1, 2, 4, 8 for max_t 10 (the Space's default) at eta 2, so no trial trained the full budget."""
+    assert progress.bracket_rungs(1, 3, 10, 2) == [1, 3, 5, 10]
+    assert progress.bracket_rungs(2, 2, 10, 2) == [2, 5, 10] and progress.bracket_rungs(10, 0, 10, 2) == [10]
+    assert progress.bracket_rungs(1, 3, 27, 3) == [1, 3, 9, 27]  # powers of eta: as before
+    assert progress.bracket_rungs(1, 1, 3, 2) == [1, 3]
+    # the plan counts those rungs: 8 trials to 1, 4 on to 3, 2 to 5, 1 to 10; then 6 to 2, 3 to 5, 2 to 10
+    assert progress.planned_epochs("hyperband", trials=14, max_epochs=10, reduction_factor=2) == 25 + 31
+
+
+@pytest.mark.parametrize("strategy", ["hyperband", pytest.param("bohb", marks=pytest.mark.slow),
+                                      pytest.param("adaptive", marks=pytest.mark.slow)])
+def test_trials_train_to_max_t_where_it_is_no_power_of_eta(ray_here, tmp_path, strategy):
+    import tuning
+
+    space = spaces.load("counting_ones").replace(max_epochs=10, reduction_factor=2, num_samples=14)
+    result = tuning.search(None, space, strategy=strategy, seed=0, results_dir=tmp_path / "r")
+    epochs = result.trials["epochs"]
+    assert set(epochs) <= {1, 2, 3, 5, 10} and (epochs == 10).sum() >= 2, sorted(epochs)
+    assert result.best.epochs == 10 and result.best.note == ""

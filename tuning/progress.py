@@ -81,15 +81,24 @@ def hyperband_brackets(max_t: int, eta: int) -> list[tuple[int, int]]:
     return [(math.ceil(s_max_1 / (s + 1) * eta ** s), int(max_t * eta ** -s)) for s in range(s_max_1 - 1, -1, -1)]
 
 
-def bracket_epochs(n: int, r0: int, max_t: int, eta: int) -> int:
-    """Epochs one bracket of n trials trains: all to r0, then ceil(n / eta) of them eta times as
-    far, and so on up to max_t (Ray's _Bracket.successive_halving)."""
-    total, before, r = 0, 0, max(1, r0)
-    while True:
+def bracket_rungs(r0: int, s: int, max_t: int, eta: int) -> list[int]:
+    """A synchronous bracket's rung budgets in epochs: r0, then the Hyperband paper's max_t * eta^(i - s)
+    rounded, so that the last is max_t whatever max_t is. Ray's int(r * eta) from an r0 rounded down
+    ends short of it (1, 2, 4, 8 for max_t 10, eta 2): no trial trained the full budget."""
+    out = [max(1, r0)]
+    for i in range(1, s + 1):
+        out.append(max(out[-1] + 1, min(max_t, math.floor(max_t * eta ** (i - s) + 0.5))))
+    return out
+
+
+def bracket_epochs(n: int, rung_budgets: list[int], eta: int) -> int:
+    """Epochs one bracket of n trials trains: all to its first rung, then ceil(n / eta) of them to
+    the next, and so on (Ray's _Bracket.successive_halving, at bracket_rungs)."""
+    total, before = 0, 0
+    for r in rung_budgets:
         total += n * (r - before)
-        if r >= max_t:
-            return total
-        before, n, r = r, math.ceil(n / eta), min(r * eta, max_t)
+        before, n = r, math.ceil(n / eta)
+    return total
 
 
 def planned_epochs(strategy: str, *, trials: int, max_epochs: int, grace_period: int = 1,
@@ -106,9 +115,13 @@ def planned_epochs(strategy: str, *, trials: int, max_epochs: int, grace_period:
         return int(round(sum(halving_epochs(trials * share, points, reduction_factor)
                              for share, points in async_brackets(first, max_epochs, reduction_factor))))
     total, left = 0, trials
+    brackets = hyperband_brackets(max_epochs, reduction_factor)
     while left > 0:  # band after band until the trials run out; the last bracket may be partial
-        for n0, r0 in hyperband_brackets(max_epochs, reduction_factor):
-            total += bracket_epochs(min(n0, left), r0, max_epochs, reduction_factor)
+        for i, (n0, r0) in enumerate(brackets):
+            if r0 == 0:  # Ray opens no bracket whose first budget rounds down to 0 epochs
+                continue
+            rung_budgets = bracket_rungs(r0, len(brackets) - 1 - i, max_epochs, reduction_factor)
+            total += bracket_epochs(min(n0, left), rung_budgets, reduction_factor)
             left -= n0
             if left <= 0:
                 break

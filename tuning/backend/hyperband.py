@@ -42,6 +42,7 @@ from ray.tune.experiment import Trial
 from ray.tune.schedulers import FIFOScheduler
 from ray.tune.schedulers.trial_scheduler import TrialScheduler
 
+from tuning import progress
 from tuning.backend import mo, rayinternals
 from tuning.backend.budget import TimeGate
 
@@ -57,6 +58,7 @@ class QuotaBracket(rayinternals.Bracket):
     def __init__(self, *args, s: int, band: int, rule: mo.Rule | None = None, **kwargs):
         super().__init__(*args, s=s, **kwargs)
         self.s, self.band, self.rule = s, band, rule
+        self.rungs, self.rung = progress.bracket_rungs(kwargs["init_t_attr"], s, kwargs["max_t_attr"], kwargs["eta"]), 0
 
     def filled(self) -> bool:
         return len(self.all_trials) >= self.quota
@@ -65,6 +67,9 @@ class QuotaBracket(rayinternals.Bracket):
         # Ray's bookkeeping (the next rung, how many go on), then, with several objectives or a
         # constraint, the same number chosen by non-dominated sorting (tuning/backend/mo.py).
         good, bad = super().successive_halving(metric, metric_op)
+        if self.rung + 1 < len(getattr(self, "rungs", ())):  # the paper's next rung, the last max_t (bracket_rungs)
+            self.rung += 1
+            self.budget = self.rungs[self.rung]
         if self.rule is None:
             return good, bad
         return mo.split(self.rule, [*good, *bad], self.live_trials, len(good))

@@ -26,8 +26,7 @@ from ray._common.usage.usage_lib import TagKey, record_extra_usage_tag
 from ray.tune import CLIReporter, ExperimentAnalysis
 from ray.tune.execution import class_cache
 from ray.tune.execution.tune_controller import TuneController
-from ray.tune.schedulers import HyperBandForBOHB
-from ray.tune.schedulers import MedianStoppingRule as _MedianStoppingRule
+from ray.tune.schedulers import HyperBandForBOHB, MedianStoppingRule as _MedianStoppingRule
 from ray.tune.schedulers.async_hyperband import _Bracket as _AsyncBracket
 from ray.tune.schedulers.hyperband import _Bracket
 from ray.tune.search.basic_variant import _TrialIterator
@@ -336,7 +335,8 @@ class Bracket(_Bracket):
     live_trials = property(lambda self: self._live_trials)
     quota = property(lambda self: self._n0)  # trials it takes
     first_budget = property(lambda self: self._r0)
-    budget = property(lambda self: self._cumul_r)  # its current rung's
+    # its current rung's; set, the rung it heads for next, in place of Ray's int(r * eta) (QuotaBracket)
+    budget = property(lambda self: self._cumul_r, lambda self, b: self.__dict__.update(_r=b, _cumul_r=b))
 
 
 class HyperBand(HyperBandForBOHB):
