@@ -72,9 +72,8 @@ def _target(owner, name: str):
 
 @contextlib.contextmanager
 def patched(*replacements: tuple[object, str, object]):
-    """Within the block each (owner, name, replacement) is in place; Ray's own is put back when the
-    last block that set it ends. Nested blocks and concurrent searches in one process share one
-    replacement, the first block's."""
+    """Within the block each (owner, name, replacement) is in place; Ray's own is put back when the last block
+    that set it ends. Nested blocks and concurrent searches in one process share one replacement, the first's."""
     with _lock:
         for owner, name, new in replacements:
             slot = _active.setdefault((id(owner), name), [0, None])
@@ -102,8 +101,8 @@ def original(owner, name: str):
 
 # ---------------------------------------------------------------- the experiment snapshot
 # Ray 2.60. Why: tuning/backend/snapshots.py. Patched: what snapshot_patches lists. Read: the controller's
-# _checkpoint_manager (_should_force_sync_up, _last_save_time, _last_sync_time), _trials_to_cache, what
-# save_to_dir writes (_get_trial_checkpoints, __getstate__, _start_time, _storage, _search_alg, _callbacks,
+# _checkpoint_manager (_should_force_sync_up, _last_save_time, _last_sync_time), _trials_to_cache, _trials,
+# what save_to_dir writes (_get_trial_checkpoints, __getstate__, _start_time, _storage, _search_alg, _callbacks,
 # _session_str).
 
 
@@ -133,6 +132,8 @@ def write_snapshot(controller, chunks: Callable) -> None:
     staging = Path(controller._storage.experiment_driver_staging_path)
     os.makedirs(staging, exist_ok=True)
     beside = Path(tempfile.mkdtemp(dir=staging.parent))  # fresh: a write cut short leaves nothing to move in later
+    # A PAUSED or PENDING trial a scheduler stops is never marked (_schedule_trial_stop): a resume trained it on.
+    controller._trials_to_cache.update(t for t in controller._trials if t.status in ("TERMINATED", "ERROR"))
     runner = {k: v for k, v in controller.__getstate__().items() if k != "_stopper"}
     pieces = chunks(list(controller._get_trial_checkpoints().values()), runner, {"start_time": controller._start_time})
     with open(beside / controller.experiment_state_file_name, "w") as f:
@@ -201,8 +202,7 @@ def enable_token_auth_if_available() -> bool:
 
 
 def connect_gcs(address: str) -> None:
-    """One connection to the GCS at `address`: AuthenticationError where it refuses this
-    process's token (milliseconds, where ray.init retries for 20 s)."""
+    """One connection to the GCS at `address`: AuthenticationError where it refuses this process's token."""
     from ray._raylet import GcsClient
 
     GcsClient(address=address)
@@ -258,8 +258,7 @@ def tell_optuna(search, trial_id: str, state) -> None:
 
 
 def adopt(obj, cls: type, **attrs) -> None:
-    """Make an object Ray built itself (a trial iterator, a bracket) an instance of `cls`, a subclass
-    of its own class, with `attrs`: what it holds (random stream, position, rungs) stays as it is."""
+    """Make an object Ray built (a trial iterator, a bracket) a `cls`, a subclass of its own, with `attrs`."""
     obj.__class__ = cls
     for name, value in attrs.items():
         setattr(obj, name, value)

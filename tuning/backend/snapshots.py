@@ -18,7 +18,10 @@ results (UNANALYSED, below) are kept only for the numbers someone reads:
   searcher changes with a trial that is marked (a result, a new suggestion, a stop of a running
   trial); one change is not: Tune does not mark a paused or pending trial it stops
   (``_schedule_trial_stop`` returns first), so the searcher's ``on_trial_complete`` for it reaches
-  the file with the next marked step or the run's last snapshot. Tune copies the file from its
+  the file with the next marked step or the run's last snapshot. Nor did the trial itself: its
+  state stayed PAUSED in every snapshot after (a Hyperband rung's losers), and a resume or
+  ``--add-samples`` trained it on; each snapshot now marks every ended trial (its text is cached
+  by Tune until its status changes, so this costs a lookup a trial). Tune copies the file from its
   staging folder to storage in the background and launches no copy while one runs; a snapshot
   whose copy was not launched is retried on the next step, as Tune does.
   It also holds back the next unforced snapshot until the driver has done SHARE times as much
