@@ -80,6 +80,9 @@ def test_malformed_space(capsys, workdir, case):
     # Checked with pyarrow, as Ray opens it, before anything starts (an unknown scheme needs no network).
     (["--space", "counting_ones", "--storage-path", "nosuchscheme://bucket/x"],
      ["argument --storage-path: nosuchscheme://bucket/x cannot be opened (", "give a folder every node reaches"]),
+    # A local one where no folder can be made: Ray started, then a traceback left run.json 'running'.
+    (["--space", "counting_ones", "--storage-path", "/proc/no_store"], ["cannot write in /proc", "you can write"]),
+    (["--space", "counting_ones", "--storage-path", f"{__file__}/store"], [f"{__file__} is a file, not a folder"]),
     # Growing a search (docs/growing-a-search.md).
     (["--space", "counting_ones", "--add-samples", "3"], ["--add-samples needs --resume DIR"]),
     (["--space", "counting_ones", "--warm-start-top", "2"], ["--warm-start-top needs --warm-start DIR"]),

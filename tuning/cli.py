@@ -10,6 +10,7 @@ import logging
 import math
 import re
 import signal
+import tempfile
 from pathlib import Path
 
 
@@ -102,7 +103,7 @@ def storage_path(value: str) -> str:
     An unknown scheme fails without touching the network; for a cloud URI pyarrow may ask the
     service (the bucket's region), as Ray would a moment later."""
     if "://" not in value:
-        return str(Path(value).expanduser().absolute())
+        return str(_writable_folder(Path(value).expanduser().absolute(), value))
     import pyarrow.fs
 
     try:
@@ -112,6 +113,20 @@ def storage_path(value: str) -> str:
         raise argparse.ArgumentTypeError(f"{value} cannot be opened ({reason}): give a folder every node "
                                          "reaches, or a URI pyarrow opens such as s3://bucket/path") from None
     return value
+
+
+def _writable_folder(path: Path, value: str) -> Path:
+    """A local --storage-path where a folder can be made: its nearest existing part is a folder this
+    process can write in (probed with a folder made and removed), or ArgumentTypeError, before Ray starts."""
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        raise argparse.ArgumentTypeError(f"{value}: {existing} is a file, not a folder: give a folder every node reaches")
+    try:
+        tempfile.TemporaryDirectory(dir=existing).cleanup()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{value}: cannot write in {existing} ({exc.strerror or exc}): give a folder "
+                                         "you can write, that every node reaches") from None
+    return path
 
 
 _stopped_by = signal.SIGINT  # the signal that stopped the command early: its exit status is 128 + it
