@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pandas as pd
@@ -201,6 +202,34 @@ def test_counts_from_python_are_whole_numbers_as_the_flags_take_them(tmp_path, k
     with pytest.raises(tuning.TuningError, match=says):
         tuning.search(None, score_space(), strategy="random", results_dir=tmp_path / "r", **keywords)
     assert not (tmp_path / "r").exists()
+
+
+def test_a_resume_runs_the_trainer_the_run_ran(tmp_path):
+    """--resume DIR --trainer other:fn ran the new trials with another trainer while run.json kept
+    the old name; a trainer that imports by name is the one a resume runs."""
+    from tuning import inputs, record
+
+    rec = record.RunRecord(space="counting_ones", strategy="random", seed=0, num_samples=2, max_epochs=2,
+                           trainer="user_trainers:scored")
+    with pytest.raises(tuning.TuningError, match="this run's trials ran user_trainers:scored"):
+        inputs.recorded_space(rec, "user_trainers:raises")
+
+
+def test_a_refusal_after_ray_started_leaves_no_ray_running():
+    """A search refused after it started Ray (more CPUs a trial than the machine has) left that Ray
+    up, and a later search(address=...) in the process ran on it instead of the cluster it named."""
+    code = ("import ray, tuning\n"
+            "try:\n"
+            "    tuning.search(None, 'counting_ones', strategy='random', num_samples=1, max_epochs=1,\n"
+            "                  cpus_per_trial=999, results_dir='r')\n"
+            "except tuning.TuningError as exc:\n"
+            "    print('refused:', exc)\n"
+            "print('ray running:', ray.is_initialized())\n")
+    with tempfile.TemporaryDirectory() as here:
+        out = subprocess.run([sys.executable, "-c", code], cwd=here, capture_output=True, text=True, timeout=240,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert "refused: --cpus-per-trial 999 is more than" in out.stdout, out.stderr[-2000:]
+    assert "ray running: False" in out.stdout
 
 
 def test_adding_trials_from_python_takes_a_whole_number(tmp_path):

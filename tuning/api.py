@@ -114,6 +114,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     folder = Path(os.path.abspath(results_dir or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}"))
     made = inputs.prepare_results_dir(folder)  # before --mlflow may make its store: refused, none is made
     lock = inputs.lock(folder)
+    ray_was_running = True  # until session.start says whether it started Ray
     try:
         try:
             track = tracking_store.check(mlflow, mlflow_experiment, label, folder)  # before Ray starts
@@ -123,7 +124,8 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
             rec.resources_per_trial, rec.workers_per_trial = inputs.resources(
                 space, cluster, cpus_per_trial, gpus_per_trial, workers_per_trial)
             inputs.check_workers_import(space, ray_was_running)
-        except BaseException:  # a refusal leaves no results dir behind
+        except BaseException:  # a refusal leaves no results dir behind, nor a Ray it started
+            _stop_ray_unless(ray_was_running)
             inputs.remove_if_empty(folder, made)
             lock.release()
             raise
@@ -161,13 +163,26 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
         from tuning import session
 
         source, _, ray_was_running = session.start(space, rec, address=address, worker_logs=worker_logs)
-        inputs.check_workers_import(space, ray_was_running)
+        try:
+            inputs.check_workers_import(space, ray_was_running)
+        except BaseException:
+            _stop_ray_unless(ray_was_running)
+            raise
         what = f"Adding {more} trials to" if more else "Resuming"
         say.info("%s %s (%s) in %s", what, rec.space or "search", rec.strategy, folder)
         return _execute(space, rec, source, folder, resume=True, add_samples=more, keep_ray=ray_was_running,
                         track=track)
     finally:
         lock.release()
+
+
+def _stop_ray_unless(ray_was_running: bool) -> None:
+    """After a refusal, the Ray this call started stops: a later search(address=...) in the process
+    would have joined that local one instead of the cluster it names."""
+    if not ray_was_running:
+        from tuning import backend
+
+        backend.stop_ray()
 
 
 def _execute(space, rec, source, folder: Path, *, resume: bool, add_samples: int = 0, keep_ray: bool,

@@ -271,6 +271,9 @@ def recorded_space(rec: records.RunRecord, trainer) -> spaces.Space:
     with its trainer. A function defined in a script travels by value and has no importable name:
     the space file gives it back, or `trainer`."""
     by_name = not contract.is_user_trainer(rec.trainer) or contract.importable(rec.trainer)
+    if trainer is not None and by_name and spaces.trainer_name(trainer) != rec.trainer:
+        raise UsageError(f"--trainer {spaces.trainer_name(trainer)}: this run's trials ran {rec.trainer}, which a resume "
+                         "imports by name and runs again: drop --trainer, or start a new run to try another trainer")
     if trainer is None and not by_name:
         try:
             trainer = spaces.load(rec.space).trainer
