@@ -118,11 +118,13 @@ def test_a_stopped_trial_leaves_no_rank_behind():
 
     def tune_stops_the_trial(metrics, state):  # what tune.report does when ASHA stops a trial
         pids.extend(int(p) for p in metrics["rank_pids"].split(";"))
+        sizes.append(metrics["world_size"])  # a trainer that reports none gets it (trials.csv said 1)
         raise SystemExit(0)
 
+    sizes = []
     with pytest.raises(SystemExit):
         distributed.run(ddp_helpers.sum_ranks, {}, world_size=2, on_epoch=tune_stops_the_trial)
-    assert len(pids) == 2 and _dead(pids)
+    assert len(pids) == 2 and _dead(pids) and sizes == [2]
 
 
 @pytest.mark.timeout(120)

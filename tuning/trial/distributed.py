@@ -133,7 +133,8 @@ def run(fn: Callable, kwargs: dict, *, world_size: int, backend: str = "gloo", d
             if kind == "done":
                 _join(procs, result_q, timeout_s)
                 return metrics
-            metrics = {**metrics, "rank_pids": ";".join(map(str, procs.pids()))}
+            # world_size for any trainer's rows (the CIFAR trainer reports its own; a user's seldom does)
+            metrics = {"world_size": world_size, **metrics, "rank_pids": ";".join(map(str, procs.pids()))}
             if on_epoch is not None:
                 on_epoch(metrics, state)  # Tune stops or pauses the trial by raising here
             ack_q.put("go")
