@@ -3,6 +3,9 @@
 tuning.run's checks against the Ray it runs on. tuning.run's other bad input: test_bad_input.py."""
 
 import ast
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -141,3 +144,21 @@ def test_a_storage_folder_is_made_absolute_for_tune(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert cli.storage_path("shared/tune") == str(tmp_path / "shared" / "tune")  # Tune refuses relative paths
     assert cli.storage_path("file:///mnt/shared") == "file:///mnt/shared"
+
+
+def test_sigterm_while_ray_starts_stops_the_command_as_at_any_other_moment(tmp_path):
+    """ray.init installs a SIGTERM handler of its own that exits with status 15 and no word; a
+    SIGTERM in that window now takes the command's path: 'interrupted', exit 143. Ray's handler is
+    what ray.init would run; the signal is real, sent to this child process by itself."""
+    code = ("import os, signal, sys, ray\n"
+            "from tuning.backend import cluster\n"
+            "from tuning import run\n"
+            "def init(**kw):  # what ray.init does on SIGTERM: its handler, then the signal arrives\n"
+            "    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))\n"
+            "    os.kill(os.getpid(), signal.SIGTERM)\n"
+            "ray.init = init\n"
+            "sys.exit(run.main(['--space', 'counting_ones', '--smoke', '--results-dir', 'r']))\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 143, proc.stderr[-2000:]
+    assert "tuning.run: interrupted outside the search loop" in proc.stderr and "Traceback" not in proc.stderr

@@ -157,9 +157,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"tuning.run: error: {exc}; the experiment is saved up to the last result written: fix that, "
                   f"then continue with python -m tuning.run --resume {exc.path.parent}", file=sys.stderr)
             return 1
-        except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM, while the first one's state was being saved
-            print("tuning.run: interrupted twice; resume with --resume DIR (the last saved state is used)",
-                  file=sys.stderr)
+        except KeyboardInterrupt:  # outside the search loop (starting, saving, the report), or a second one
+            print("tuning.run: interrupted outside the search loop (starting, saving or writing the report); what "
+                  "was saved is kept: --resume DIR continues an unfinished run, python -m tuning.report DIR remakes "
+                  "a finished one's report", file=sys.stderr)
             return cli.interrupted_status()
 
 

@@ -58,32 +58,45 @@ def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: i
 
     import ray
 
-    from tuning.backend import rayinternals
-
     if not ray.is_initialized():
         level = logging.getLogger("ray").level
         # ray.init takes SIGTERM over: its Python handler stops the local Ray and exits 1, and its
         # C++ failure handler prints a stack dump and aborts. A handler the command installed
         # (tuning.cli: stop like Ctrl-C) gets it back; Ray's processes still stop at exit.
         sigterm = signal.getsignal(signal.SIGTERM)
-        if address is None:
-            # "local": a new Ray of its own, even when `ray start` left a cluster on this machine
-            # (ray.init() alone joins that one; --address auto is the way to ask for it).
-            with environ(TUNE_WORKER_ENV):  # the raylet, and so every worker, inherits it
-                inherited = rayinternals.tune_propagated_env()
-                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs,
-                         logging_level=level)
-            _local_node.update(id=ray.get_runtime_context().get_node_id(), env=inherited)
-        else:
-            if address != "auto":
-                _check_reachable(address)
-                _check_token(address)
-            try:
-                ray.init(address=address, log_to_driver=worker_logs, logging_level=level)
-            except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
-                raise ClusterError(_refusal(address, exc)) from None
+        try:
+            _init(address, num_cpus, worker_logs, level)
+        except SystemExit as exc:  # SIGTERM within ray.init, whose own handler exits with status 15
+            if exc.code != signal.SIGTERM or not callable(sigterm):
+                raise
+            signal.signal(signal.SIGTERM, sigterm)
+            sigterm(signal.SIGTERM, None)  # the command's handler (tuning.cli) stops it as at any other moment
+            raise
         if callable(sigterm):
             signal.signal(signal.SIGTERM, sigterm)
+
+
+def _init(address: str | None, num_cpus: int | None, worker_logs: bool, level: int) -> None:
+    import ray
+
+    from tuning.backend import rayinternals
+
+    if address is None:
+        # "local": a new Ray of its own, even when `ray start` left a cluster on this machine
+        # (ray.init() alone joins that one; --address auto is the way to ask for it).
+        with environ(TUNE_WORKER_ENV):  # the raylet, and so every worker, inherits it
+            inherited = rayinternals.tune_propagated_env()
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=worker_logs,
+                     logging_level=level)
+        _local_node.update(id=ray.get_runtime_context().get_node_id(), env=inherited)
+        return
+    if address != "auto":
+        _check_reachable(address)
+        _check_token(address)
+    try:
+        ray.init(address=address, log_to_driver=worker_logs, logging_level=level)
+    except (ConnectionError, ray.exceptions.AuthenticationError) as exc:
+        raise ClusterError(_refusal(address, exc)) from None
 
 
 AUTH_REFUSED = ("--address {address}: the cluster refused this driver's auth token (missing or wrong); put the "
