@@ -105,6 +105,17 @@ def test_every_command_names_an_unknown_flag_in_one_line(command, positional):
     assert done.stderr.splitlines() == [f"tuning.{command}: error: unrecognized arguments: --adress auto (see --help)"]
 
 
+def test_a_refusal_under_the_chosen_strategy_is_its_one_line_alone(tmp_path):
+    """A space that names no strategy logged 'strategy adaptive (the space names none ...)' before a
+    refusal found after Ray started: two lines where one was promised."""
+    argv = ["--space", "zdt", "--cpus-per-trial", "999", "--results-dir", str(tmp_path / "r")]  # zdt names none
+    done = subprocess.run([sys.executable, "-m", "tuning.run", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 2 and not (tmp_path / "r").exists()
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "--cpus-per-trial 999 is more than" in lines[0], done.stderr
+
+
 @pytest.mark.alone  # another xdist worker's Ray would be the cluster "auto" joins
 def test_address_auto_with_no_cluster_on_the_machine(tmp_path):
     from ray._private.services import find_gcs_addresses

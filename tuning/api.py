@@ -72,10 +72,9 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     if warm_start_top is not None and not warm_start:
         raise UsageError("--warm-start-top needs --warm-start DIR...: it says how many of those runs' best "
                          "configurations run first")
-    strategy = strategy or space.strategy
+    strategy, why = strategy or space.strategy, None
     if strategy == spaces.AUTO:
         strategy, why = inputs.auto_strategy(space, max_epochs or space.max_epochs)
-        log.info("strategy %s (the space names none: %s; docs/strategies.md)", strategy, why)
     if strategy not in spaces.STRATEGIES:
         raise UsageError(f"strategy {strategy!r} unknown: use one of {', '.join(spaces.STRATEGIES)}")
     refusal = objective_rules.strategy_refusal(space, strategy)
@@ -129,6 +128,8 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
             inputs.remove_if_empty(folder, made)
             lock.release()
             raise
+        if why:  # said once every check has passed: a refusal is its one line alone
+            log.info("strategy %s (the space names none: %s; docs/strategies.md)", strategy, why)
         if strategy == "grid":
             points = " x ".join(f"{len(p.grid_values())} {k}" for k, p in space.params.items())
             say.info("Grid search: %s = %d points x %d repeat%s = %d trials", points, spaces.grid_size(space),
