@@ -168,6 +168,9 @@ class _DropNoise(logging.Filter):
              "Wrote the latest version of all result files",
              # Its hint names tune.run(..., resume=True); the summary names --resume DIR and tuning.resume.
              "Experiment has been interrupted, but the most recent state was saved",
+             # An ERROR line on a clean stop (a spent time budget, Ctrl-C) too; the summary names every
+             # failed trial with its error, and what a stop left to do.
+             "Trials did not complete:",
              # The bench's raw tune.run, its result files off as ours are (tuning's own runs do not
              # read them back: tuning/backend/snapshots.py).
              "Failed to fetch metrics for", "Could not fetch metrics for")
