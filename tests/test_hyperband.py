@@ -170,7 +170,7 @@ def test_trials_train_to_max_t_where_it_is_no_power_of_eta(ray_here, tmp_path, s
 
 def test_a_trial_stopped_at_a_rung_stays_stopped_in_the_saved_experiment(ray_here, tmp_path):
     """Tune marks no PAUSED trial it stops for the snapshot, so a rung's losers, stopped while paused,
-    stayed PAUSED in the saved experiment: a resume (here --add-samples) trained them on."""
+    stayed PAUSED in the saved experiment: a resume (--add-samples, make test-all) trained them on."""
     import json
 
     import tuning
@@ -180,8 +180,14 @@ def test_a_trial_stopped_at_a_rung_stays_stopped_in_the_saved_experiment(ray_her
     first = tuning.search(None, space, strategy="hyperband", seed=0, results_dir=folder)
     state = json.loads(max(folder.glob("tune/**/experiment_state-*.json")).read_text())
     assert {json.loads(t[0])["status"] for t in state["trial_data"]} == {"TERMINATED"}
-    before = first.trials.set_index("trial_id")["epochs"]
-    assert (before < 9).sum() >= 3  # rung losers, the trials this is about
-    more = tuning.resume(folder, add_samples=1)
-    after = more.trials.set_index("trial_id")["epochs"]
-    assert len(after) == 10 and after[before.index].tolist() == before.tolist()
+    assert (first.trials["epochs"] < 9).sum() >= 3  # rung losers, the trials this is about
+
+
+@pytest.mark.slow  # make test-all; the default suite checks the saved statuses above
+def test_adding_trials_never_trains_a_rung_loser_on(ray_here, tmp_path):
+    import tuning
+
+    space = spaces.load("counting_ones").replace(max_epochs=9, reduction_factor=3, num_samples=9)
+    before = tuning.search(None, space, strategy="hyperband", seed=0, results_dir=tmp_path / "r").trials
+    after = tuning.resume(tmp_path / "r", add_samples=1).trials.set_index("trial_id")["epochs"]
+    assert len(after) == 10 and after[before["trial_id"]].tolist() == before["epochs"].tolist()
