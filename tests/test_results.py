@@ -98,6 +98,16 @@ def test_files_meant_for_committing_name_paths_inside_the_working_folder_relativ
     assert "--results-dir run --data-dir /elsewhere/data" in md  # outside the working folder: as it was
 
 
+def test_the_summary_counts_one_epoch_in_the_singular(tmp_path):
+    from tuning.searchresult import Best, SearchResult
+
+    rec = record.RunRecord(space="tiny", strategy="tpe", seed=0, num_samples=1, max_epochs=1, status="finished")
+    trials = pd.DataFrame({"trial_id": ["a"], "epochs": [1], "status": ["TERMINATED"], "diverged": [False]})
+    best = Best(trial_id="a", config={"x": 0.5}, metrics={"loss": 0.25}, epochs=1)
+    text = SearchResult(tmp_path, "finished", trials, pd.DataFrame(), best, rec, None).summary()
+    assert "loss 0.25" in text and "after 1 epoch\n" in text + "\n" and "1 epochs" not in text, text
+
+
 def test_an_empty_front_is_put_down_to_the_constraints_only_where_a_trial_reached_the_full_budget(tmp_path):
     """Ten trials that all crashed at their first epoch were summed up as 'no trial met the
     constraints', which sent the user to loosen a bound that had nothing to do with it."""

@@ -114,7 +114,7 @@ class SearchResult:
                   if k != r.metric and not k.startswith(("best_", "test_"))]
         out = [f"Best trial {b.trial_id}: {cfg}",
                f"  {label} {_fmt(b.metrics.get(r.metric))}" + (f" ({', '.join(others)})" if others else "") +
-               f" after {b.epochs} epochs"]
+               f" after {b.epochs} epoch{'s' * (b.epochs != 1)}"]
         if b.note:
             out.append(f"  ({b.note})")
         if b.metrics.get("test_accuracy") is not None:

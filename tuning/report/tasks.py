@@ -96,9 +96,9 @@ def write_summary(out: Path, folders: dict[str, Path], *, description: str = "",
     n = per_task.groupby("task")["n"].max()
     seeds = f"{int(n.min())}" if n.min() == n.max() else f"{int(n.min())} to {int(n.max())}"
     blocks = [
-        ("h1", f"Summary over {len(tasks)} tasks"),
+        ("h1", f"Summary over {len(tasks)} task{'s' * (len(tasks) != 1)}"),
         ("p", description),
-        ("p", f"Mean final {kind} per task over {seeds} seeds (each task's own report: "
+        ("p", f"Mean final {kind} per task over {seeds} seed{'s' * (seeds != '1')} (each task's own report: "
               f"{', '.join(f'{t}/report.md' for t in tasks)}). Normalized {kind}: each run's final {kind} "
               "scaled on its task by the best and worst final of any run there (0 best, 1 worst), averaged "
               f"over seeds, then tasks. Rank: on each task by mean final {kind}, averaged over tasks."
