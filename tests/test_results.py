@@ -34,7 +34,7 @@ def test_the_report_of_a_run_still_going_is_refused_not_rebuilt_as_a_killed_ones
             runreport.regenerate(folder)
     finally:
         held.release()
-    assert not runreport._held(folder)  # once it has ended, or died: the OS drops the lock
+    assert not inputs.held(folder)  # once it has ended, or died: the OS drops the lock
 
 
 def test_a_table_reads_back_the_same_from_parquet_and_from_csv_ids_as_text(tmp_path):

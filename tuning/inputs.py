@@ -171,6 +171,17 @@ def lock(path: Path):
     return lock
 
 
+def held(path: Path) -> bool:
+    """Whether a live tuning.run holds the results dir (lock); a folder no run ever held is not probed."""
+    if not (path / ".lock").exists():
+        return False
+    try:
+        lock(path).release()
+    except UsageError:
+        return True
+    return False
+
+
 def refuse_used_results_dir(path: Path) -> None:
     """Refuse a results dir that holds anything, or that another run holds, touching nothing."""
     if path.is_dir() and (path / ".lock").exists():

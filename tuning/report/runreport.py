@@ -351,27 +351,13 @@ def _tables_from_records(records: list[TrialRecord], plan: RunRecord) -> tuple[p
 def regenerate(run_dir: Path) -> dict:
     """``python -m tuning.report RUN_DIR``: the report again, from the files of the run dir. A
     report regenerated this way never reloads itself, whatever the run is doing."""
-    if _held(Path(run_dir)):
+    from tuning import inputs
+
+    if inputs.held(Path(run_dir)):
         raise ReportError(f"{run_dir} is a run still going (a tuning.run holds it): its report.html rewrites itself as "
                           f"the run goes; run python -m tuning.report {run_dir} once it has ended")
     trials, epochs, plan = load(run_dir)
     return write_report(run_dir, trials, epochs, plan, live=False)
-
-
-def _held(run_dir: Path) -> bool:
-    """Whether a live tuning.run holds the folder's lock (inputs.lock), which the OS drops when it
-    dies: a report rebuilt now would call the live run killed and stop its page reloading."""
-    from filelock import FileLock, Timeout
-
-    if not (run_dir / ".lock").exists():
-        return False
-    lock = FileLock(str(run_dir / ".lock"))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return True
-    lock.release()
-    return False
 
 
 def _killed(plan: RunRecord) -> RunRecord:
