@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import math
-import numbers
 from pathlib import Path
 
 from tuning import cli, contract, growth, record as records, spacejson, spaces
@@ -44,7 +43,7 @@ def check_at_least(name: str, value, minimum=1) -> None:
     if value is None:
         return
     flag = "--" + name.replace("_", "-")
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not spaces.whole(value):
         raise UsageError(f"{flag} must be a whole number, got {value!r}")
     if value < minimum:
         raise UsageError(f"{flag} must be at least {minimum}, got {value}")

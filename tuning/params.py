@@ -55,17 +55,22 @@ def _no_log(declaration, log) -> None:
     raise SpaceError(f"{kind}(..., log={log!r}): {why}")
 
 
-def _bounds(declaration, whole: bool = False) -> None:
+def whole(value) -> bool:
+    """A whole number, as a count must be (a bool, 2.5 or "4" is not one); numpy's integers are."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _bounds(declaration, integer: bool = False) -> None:
     """low and high are finite numbers (whole ones for an integer range, kept as ints): Ray and
     ConfigSpace would refuse an infinite bound mid-run, and IntUniform(1.5, 3.5) would draw 2..3."""
     kind = type(declaration).__name__
     for end in ("low", "high"):
         v = getattr(declaration, end)
-        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or (whole and v != int(v)):
-            raise SpaceError(f"{kind} {end} must be a finite {'whole ' if whole else ''}number, got {v!r}")
-        object.__setattr__(declaration, end, int(v) if whole else v)
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v) or (integer and v != int(v)):
+            raise SpaceError(f"{kind} {end} must be a finite {'whole ' if integer else ''}number, got {v!r}")
+        object.__setattr__(declaration, end, int(v) if integer else v)
     grid = getattr(declaration, "grid", None)
-    if grid is not None and (isinstance(grid, bool) or not isinstance(grid, numbers.Integral)):
+    if grid is not None and not whole(grid):
         raise SpaceError(f"{kind} grid must be a whole number of points, got {grid!r}")
 
 
@@ -128,7 +133,7 @@ class IntUniform:
     def __post_init__(self, log=None):
         _when(self)
         _no_log(self, log)
-        _bounds(self, whole=True)
+        _bounds(self, integer=True)
         if not self.low < self.high:
             raise SpaceError(f"IntUniform needs low < high, got low={self.low} high={self.high}")
 
@@ -152,7 +157,7 @@ class IntLogUniform:
     def __post_init__(self, log=None):
         _when(self)
         _no_log(self, log)
-        _bounds(self, whole=True)
+        _bounds(self, integer=True)
         if not 0 < self.low < self.high:
             raise SpaceError(f"IntLogUniform needs 0 < low < high, got low={self.low} high={self.high}")
         if self.grid < 1:

@@ -14,7 +14,6 @@ import dataclasses
 import importlib
 import importlib.util
 import math
-import numbers
 import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +26,7 @@ from tuning.params import (  # noqa: F401
     _NAMES, PARAM_TYPES, Choice, IntLogUniform, IntUniform, LogUniform, Param, SpaceError, Uniform, contains,
     to_positions)
 # A value as the tables keep it, and a choice by position: also here, beside the Space that uses them.
-from tuning.params import from_positions, plain  # noqa: F401
+from tuning.params import from_positions, plain, whole  # noqa: F401
 
 # tpe: Optuna's TPE sampler under asynchronous Hyperband brackets, as Optuna's own pruner, the
 # model users would otherwise leave for, so every comparison has it as a reference.
@@ -97,7 +96,7 @@ class Space:
         for name, low in (("num_samples", 1), ("grid_repeats", 1), ("max_epochs", 1), ("grace_period", 1),
                           ("reduction_factor", 2), ("workers_per_trial", 1), ("seed", 0)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < low:
+            if not whole(value) or value < low:
                 raise SpaceError(f"{name}={value!r}: give a whole number of at least {low}")
             object.__setattr__(self, name, int(value))
         for key, p in self.params.items():
