@@ -236,3 +236,45 @@ def test_the_network_guard_catches_a_download_attempt(tmp_path):
     assert "NETWORK socket.getaddrinfo www.cs.toronto.edu" in done.stderr
     kind, refusal = done.stdout.splitlines()
     assert kind == "synthetic" and "it cannot be downloaded" in refusal
+
+
+def _as_cifar10(monkeypatch, root: Path) -> None:
+    """torchvision's CIFAR10 told the md5 sums of synthetic files in the real layout: the real set's
+    whole path (its tarball, its checks) on data that installs with nothing."""
+    md5 = json.loads((root / "synthetic.json").read_text())["md5"]
+    monkeypatch.setattr(CIFAR10, "train_list", [[f"data_batch_{i}", md5[f"data_batch_{i}"]] for i in range(1, 6)])
+    monkeypatch.setattr(CIFAR10, "test_list", [["test_batch", md5["test_batch"]]])
+    monkeypatch.setattr(CIFAR10, "meta", {**CIFAR10.meta, "md5": md5["batches.meta"]})
+
+
+def test_a_tarball_copied_into_the_data_dir_is_unpacked_once_its_md5_holds(tmp_path, monkeypatch):
+    import hashlib
+    import tarfile
+
+    src = Path(data.prepare("synthetic", tmp_path / "gen", seed=0, synthetic_train=500, synthetic_test=100).root)
+    _as_cifar10(monkeypatch, src)
+    mine = tmp_path / "data"
+    mine.mkdir()
+    tarball = mine / "cifar-10-python.tar.gz"
+    with tarfile.open(tarball, "w:gz") as tar:
+        tar.add(src / "cifar-10-batches-py", arcname="cifar-10-batches-py")
+    monkeypatch.setattr(CIFAR10, "tgz_md5", "0" * 32)  # a partial download
+    with pytest.raises(data.DataError, match="cifar-10-python.tar.gz fails its md5 check"):
+        data.prepare("cifar10", mine)
+    assert not (mine / "cifar-10-batches-py").exists()
+    monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(tarball.read_bytes()).hexdigest())
+    got = data.prepare("cifar10", mine)
+    assert got.kind == "cifar10" and (mine / "cifar-10-batches-py" / "test_batch").is_file()
+    # and given the batches folder itself, the folder above it is the data dir
+    assert data.prepare("cifar10", mine / "cifar-10-batches-py").root == str(mine)
+
+
+def test_a_damaged_synthetic_file_is_written_again_before_a_run(tmp_path, caplog):
+    src = Path(data.prepare("synthetic", tmp_path, seed=0, synthetic_train=500, synthetic_test=100).root)
+    batch = src / "cifar-10-batches-py" / "data_batch_2"
+    original = batch.read_bytes()
+    batch.write_bytes(original[:1000])  # a disk that filled up, a copy cut short
+    with caplog.at_level("WARNING", logger="tuning.trial.data"):
+        data.prepare("synthetic", tmp_path, seed=0, synthetic_train=500, synthetic_test=100)
+    assert batch.read_bytes() == original
+    assert "replacing data_batch_2 (damaged: they fail their md5 check)" in caplog.text

@@ -49,7 +49,23 @@ def test_doctor_flags_a_corrupt_cifar10(tmp_path):
     (folder / "data_batch_1").write_bytes(b"truncated")
     done = _doctor("--data-dir", str(tmp_path), "--no-live")
     assert done.returncode == 1
-    assert "FAIL  data" in done.stdout and "fix: delete cifar-10-batches-py" in done.stdout
+    assert "FAIL  data" in done.stdout and "data_batch_1 fails its md5 check" in done.stdout
+    assert "data_batch_2, data_batch_3, data_batch_4, data_batch_5, test_batch, batches.meta missing" in done.stdout
+
+
+def test_doctor_judges_a_data_dir_as_a_run_does(tmp_path):
+    # A file passed here while tuning.run refused it; the batches folder itself is read from its parent.
+    (tmp_path / "afile").write_text("")
+    assert data_line(doctor.check_data(tmp_path / "afile")).startswith("FAIL data: ")
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    (folder / "batches.meta").write_bytes(b"not CIFAR")
+    assert f"CIFAR-10 in {folder} is damaged" in data_line(doctor.check_data(folder))
+
+
+def data_line(lines: list[dict]) -> str:
+    (line,) = lines
+    return f"{line['status']} {line['what']}: {line['detail']}"
 
 
 

@@ -162,12 +162,16 @@ def check_ray(backend, address: str | None) -> tuple[list[dict], dict | None]:
 
 
 def check_data(data_dir: Path) -> list[dict]:
+    if data_dir.exists() and not data_dir.is_dir():  # tuning.run refuses it
+        return [_line(FAIL, "data", f"{data_dir} is a file, not a folder", "give --data-dir a folder")]
+    data_dir = data.data_root(data_dir)
     problems = data.cifar10_problems(data_dir)
     if not problems:
         return [_line(OK, "data", f"real CIFAR-10 in {data_dir}, every file's md5 verified")]
     if (data_dir / "cifar-10-batches-py").exists():
-        return [_line(FAIL, "data", f"{problems[0]} ({len(problems)} problem(s))",
-                      "delete cifar-10-batches-py and copy or download CIFAR-10 again (docs/data.md)")]
+        return [_line(FAIL, "data", data.damaged(problems), "copy or download CIFAR-10 again (docs/data.md)")]
+    if (data_dir / "cifar-10-python.tar.gz").is_file():
+        return [_line(OK, "data", f"cifar-10-python.tar.gz in {data_dir}: a run unpacks it, once its md5 is verified")]
     return [_line(WARN, "data", f"no CIFAR-10 in {data_dir}: runs download it if they can, else use "
                   "synthetic images (accuracies then say nothing about CIFAR-10)",
                   f"unpack cifar-10-python.tar.gz into {data_dir}")]

@@ -67,6 +67,45 @@ def has_cifar10(data_dir: str | os.PathLike) -> bool:
     return not cifar10_problems(data_dir)
 
 
+def damaged(problems: list[str]) -> str:
+    """CIFAR-10's problems (cifar10_problems) in one line, every file named."""
+    missing = [Path(p.split(" is missing")[0]).name for p in problems if p.endswith(" is missing")]
+    corrupt = [Path(p.split(" fails its md5")[0]).name for p in problems if " fails its md5" in p]
+    folder = Path(problems[0].split(" ")[0]).parent
+    parts = ([f"{', '.join(missing)} missing"] if missing else []) + (
+        [f"{', '.join(corrupt)} {'fails its' if len(corrupt) == 1 else 'fail their'} md5 check (corrupt or partial)"]
+        if corrupt else [])
+    return f"CIFAR-10 in {folder} is damaged: {'; '.join(parts)}"
+
+
+def data_root(data_dir: str | os.PathLike) -> Path:
+    """The --data-dir meant: its parent where it is the cifar-10-batches-py folder itself (torchvision
+    and every guide name the folder above it), else itself, absolute."""
+    data_dir = Path(data_dir).absolute()
+    base = _cifar10().base_folder
+    if data_dir.name == base and (data_dir / "batches.meta").exists() and not (data_dir / base).exists():
+        log.info("%s is CIFAR-10's own folder: reading it from %s", data_dir, data_dir.parent)
+        return data_dir.parent
+    return data_dir
+
+
+def _unpack_tarball(data_dir: Path) -> bool:
+    """CIFAR-10's own tarball, copied into data_dir and not unpacked yet: unpacked, once its md5
+    is verified (a damaged one stays as it is). Whether it was."""
+    from torchvision.datasets.utils import check_integrity, extract_archive
+
+    CIFAR10 = _cifar10()
+    tarball = data_dir / CIFAR10.filename
+    if not tarball.is_file() or (data_dir / CIFAR10.base_folder).exists():
+        return False
+    if not check_integrity(str(tarball), CIFAR10.tgz_md5):
+        raise DataError(f"{tarball} fails its md5 check (corrupt or partial download): copy or download it again")
+    log.info("unpacking %s", tarball)
+    with FileLock(str(data_dir / ".cifar10.lock")):
+        extract_archive(str(tarball), str(data_dir))
+    return True
+
+
 def _reachable(url: str, timeout: float) -> bool:
     try:
         with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout):
@@ -87,6 +126,11 @@ def fetch_cifar10(data_dir: str | os.PathLike, timeout: float = DOWNLOAD_PROBE_T
     data_dir = Path(data_dir)
     if has_cifar10(data_dir):
         return True
+    if _unpack_tarball(data_dir):
+        problems = cifar10_problems(data_dir)
+        if problems:
+            raise DataError(f"{damaged(problems)}, unpacked from {_cifar10().filename}: copy or download it again")
+        return True
     if downloads_refused():
         log.info("CIFAR-10 is not under %s and %s=1 forbids downloading it", data_dir, NO_DOWNLOAD_ENV)
         return False
@@ -102,11 +146,14 @@ def prepare(kind: str, data_dir: str | os.PathLike, *, seed: int = 0, synthetic_
             synthetic_test: int = 10_000) -> DataSource:
     """Resolve --data {auto,cifar10,synthetic} to a DataSource whose files exist."""
     data_dir = Path(data_dir).absolute()
+    if data_dir.exists() and not data_dir.is_dir():
+        raise DataError(f"--data-dir {data_dir} is a file: give the folder that holds (or is to hold) "
+                        "cifar-10-batches-py")
     if kind in ("auto", "cifar10"):
+        data_dir = data_root(data_dir)
         problems = cifar10_problems(data_dir)
         if (data_dir / _cifar10().base_folder).exists() and problems:  # there, but damaged: never fall back quietly
-            raise DataError(f"{problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}: "
-                            "delete it and copy or download CIFAR-10 again (docs/data.md)")
+            raise DataError(f"{damaged(problems)}: copy or download CIFAR-10 again (docs/data.md)")
         if fetch_cifar10(data_dir):
             return DataSource("cifar10", str(data_dir))
         if kind == "cifar10":
@@ -164,10 +211,12 @@ def ensure_synthetic(root: str | os.PathLike, *, seed: int, n_train: int, n_test
     folder.mkdir(parents=True, exist_ok=True)
     with FileLock(str(root / ".generate.lock")):  # several trials or runs may ask at once
         found = _synthetic_version(manifest) if manifest.exists() else None
-        if found == synthetic.VERSION:
+        broken = _broken_files(root) if found == synthetic.VERSION else []
+        if found == synthetic.VERSION and not broken:
             return
         log.warning("generating synthetic CIFAR-10 v%d (%d train, %d test, seed %d) in %s%s",
                     synthetic.VERSION, n_train, n_test, seed, folder,
+                    f", replacing {', '.join(broken)} (damaged: they fail their md5 check)" if broken else
                     f", replacing version {found}" if found is not None else "")
         manifest.unlink(missing_ok=True)  # until the new files are complete, none is valid
         rng = np.random.default_rng(seed)
@@ -187,6 +236,14 @@ def ensure_synthetic(root: str | os.PathLike, *, seed: int, n_train: int, n_test
                            "label_noise": synthetic.LABEL_NOISE, "wrong_labels": wrong, "md5": md5s}, indent=1)
         # The manifest is written last: its presence means "complete".
         atomic.write_atomically(manifest, lambda p: p.write_text(text))
+
+
+def _broken_files(root: Path) -> list[str]:
+    """The synthetic files under root that are gone or differ from what was written (synthetic.json)."""
+    folder = root / _cifar10().base_folder
+    md5 = json.loads((root / "synthetic.json").read_text())["md5"]
+    return [name for name, digest in md5.items()
+            if not (folder / name).is_file() or hashlib.md5((folder / name).read_bytes()).hexdigest() != digest]
 
 
 def _regenerate_if_missing(source: DataSource) -> None:
