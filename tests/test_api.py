@@ -4,6 +4,7 @@ defined in a script's __main__, and each way a user's trainer goes wrong. Real R
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -287,3 +288,29 @@ def test_a_state_that_cannot_be_saved(ray_here, tmp_path, capsys):
     assert (trials["status"] == "ERROR").all()
     assert trials["error"].str.contains("state cannot be saved as a checkpoint").all()
     assert "generator" in (tmp_path / "r" / trials["error_file"][0]).read_text()
+
+
+def test_a_metric_named_like_a_parameter_or_a_column_is_kept_beside_it(ray_here, tmp_path):
+    """A trainer reporting its current lr once overwrote the searched lr in trials.csv, and the run
+    then crashed writing trials.parquet (two lr columns), leaving no best_config.json."""
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:reports_its_lr",
+                         metric="loss", mode="min", num_samples=3, max_epochs=2, gpus_per_trial=0)
+    result = tuning.search(None, space, strategy="random", seed=0, results_dir=tmp_path / "r")
+    assert result.status == "finished" and (tmp_path / "r" / "best_config.json").exists()
+    trials = pd.read_parquet(tmp_path / "r" / "trials.parquet")
+    assert list(trials.columns).count("lr") == 1 and list(trials.columns).count("status") == 1
+    assert (trials["lr_reported"] == trials["lr"] * 0.25).all()  # the searched lr, and what it decayed to
+    assert set(trials["status"]) == {"TERMINATED"} and (trials["status_reported"] == 1.0).all()
+    epochs = pd.read_csv(tmp_path / "r" / "epochs.csv")
+    assert list(epochs.columns).count("lr") == 1 and "lr_reported" in epochs
+    assert result.best.config == {"lr": trials.loc[trials["loss"].idxmin(), "lr"]}
+
+
+@pytest.mark.parametrize("kw, needle", [
+    (dict(metric="lr"), "'lr' is both a searched parameter and a metric the space optimises"),
+    (dict(constraints={"lr": ("<=", 0.05)}), "a bound on a parameter is its declaration's range: narrow 'lr'"),
+    (dict(metric="error"), "metric 'error' has the name of a column the trials table has for itself"),
+])
+def test_a_space_metric_named_like_a_parameter_or_a_column_is_refused(kw, needle):
+    with pytest.raises(tuning.TuningError, match=re.escape(needle)):
+        tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:reports_its_lr", **kw)

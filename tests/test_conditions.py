@@ -51,6 +51,20 @@ def test_a_declaration_that_cannot_mean_anything_is_refused(params, fixed, needl
     assert needle in str(err.value) and ("parameter 'x'" in str(err.value) or "parameter 'a'" in str(err.value))
 
 
+def test_a_condition_with_no_values_is_refused_before_bohb_meets_it():
+    # when={"y": []} once passed, then crashed BOHB's ConfigSpace with an IndexError after Ray started
+    # (and left the parameter never active under the other strategies, without a word).
+    with pytest.raises(SpaceError, match=r"when=\{'y': \[\]\} lists no values: the parameter would never be active"):
+        Space(params={"y": Choice([1, 2]), "x": Uniform(0, 1, when={"y": []})}, trainer="counting_ones")
+
+
+@pytest.mark.parametrize("values", [np.int64(2), range(2, 4), np.arange(2, 4), [np.int64(2)]])
+def test_numpy_integers_and_ranges_name_a_parents_values(values):
+    # np.int64(2) was refused as "a value 'n' cannot take: use one of integers 1..3".
+    space = Space(params={"n": IntUniform(1, 3), "x": Uniform(0, 1, when={"n": values})}, trainer="counting_ones")
+    assert all(type(v) is int for v in space.params["x"].when["n"]) and 2 in space.params["x"].when["n"]
+
+
 def test_a_bad_condition_in_a_space_file_exits_2_in_one_line(tmp_path, capsys):
     from tuning import run
 
@@ -215,6 +229,10 @@ def test_every_strategy_samples_inactive_parameters_as_absent(ray_here, tmp_path
     assert trials.loc[trials["optimizer"] == "adamw", "momentum"].isna().all()
     assert trials.loc[trials["optimizer"] == "sgd", "momentum"].notna().all()
     assert valid(result.best.config) and all(valid(c) for c in _configs(trials))
+    # In the declared order, which BOHB's ConfigSpace (sorted by name) does not keep by itself.
+    declared = [p for p in branch_params() if p in result.best.config]
+    assert list(result.best.config) == declared
+    assert list(json.loads((tmp_path / "r" / "best_config.json").read_text())["config"]) == declared
 
 
 @pytest.mark.slow  # three searches: make test-all

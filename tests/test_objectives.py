@@ -148,9 +148,14 @@ def test_a_metric_that_only_grows_is_declared_by_a_third_item_and_survives_run_j
     assert objectives.grown_past({"peak_mem_gb": 4, "latency_ms": 10}, space.constraints) is None  # not a grower
 
 
-def test_a_metric_the_trainer_cannot_report_is_refused_where_its_metrics_are_known():
+def test_a_metric_the_trainer_cannot_report_is_refused_where_its_metrics_are_known(tmp_path):
+    # Declared without trainer=, a space may be meant for tuning.search(train, space): the CIFAR
+    # trainer's metrics are checked once the run is known to train it, before anything starts.
+    space = Space(params=PARAMS, objectives={"loss": "min", "energy_j": "min"})
     with pytest.raises(SpaceError, match="objective 'energy_j' is never reported by the cifar trainer"):
-        Space(params=PARAMS, objectives={"loss": "min", "energy_j": "min"})
+        tuning.search(None, space, results_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    assert space.replace(trainer=lambda **kw: None).objectives == {"loss": "min", "energy_j": "min"}
     with pytest.raises(SpaceError, match="constrained metric 'peak_mem_gb' is never reported by the counting"):
         Space(params=PARAMS, trainer="counting_ones", constraints=BOUND)
 

@@ -23,7 +23,18 @@ def normalise(when) -> dict[str, tuple] | None:
     if not isinstance(when, dict) or not when or not all(isinstance(k, str) for k in when):
         raise ValueError(f"when= needs a dict from parameter names to values, like when={{'optimizer': 'sgd'}}, "
                          f"got {when!r}")
-    return {k: tuple(v) if isinstance(v, (list, tuple, set, frozenset)) else (v,) for k, v in when.items()}
+    out = {k: tuple(map(_plain, v)) if isinstance(v, (list, tuple, set, frozenset, range)) or getattr(v, "ndim", 0)
+           else (_plain(v),) for k, v in when.items()}
+    empty = [k for k, v in out.items() if not v]
+    if empty:
+        raise ValueError(f"when={{{empty[0]!r}: []}} lists no values: the parameter would never be active; give "
+                         f"the values of {empty[0]!r} it exists under")
+    return out
+
+
+def _plain(value):
+    """numpy's scalars as Python's (np.int64(2) from an array): the values a trial's config holds."""
+    return value.item() if hasattr(value, "item") and type(value).__module__ == "numpy" else value
 
 
 def parents(params: dict) -> dict[str, tuple[str, ...]]:

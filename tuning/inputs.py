@@ -73,6 +73,7 @@ def check_trainer(space: spaces.Space, workers: int) -> None:
     passes (tuning.contract); the built-in CIFAR trainer, which a space that names none runs, takes
     every parameter the space searches or fixes."""
     if space.trainer == "cifar":
+        spaces.check_reported(space)  # a Space declared without trainer= may be meant for another
         unknown = [k for k in (*space.params, *space.fixed) if k not in spaces.CIFAR_PARAMS]
         if unknown:
             raise contract.ContractError(
@@ -230,6 +231,9 @@ def resources(space: spaces.Space, cluster: dict, cpus, gpus, workers) -> tuple[
     runs on one node, so against the largest node's CPUs and GPUs."""
     workers = workers if workers is not None else space.workers_per_trial
     check_at_least("workers_per_trial", workers)
+    # Not given: the space's CPUs for each of the trial's DDP ranks, which a refusal says.
+    derived = "" if cpus is not None else (f" (the space's cpus_per_trial {space.cpus_per_trial:g} for each of "
+                                           f"{workers} ranks)" if workers > 1 else " (the space's cpus_per_trial)")
     cpus = cpus if cpus is not None else space.cpus_per_trial * workers
     gpus = gpus if gpus is not None else space.gpus_per_trial
     alive = [n for n in cluster["nodes"] if n["alive"]]
@@ -247,16 +251,20 @@ def resources(space: spaces.Space, cluster: dict, cpus, gpus, workers) -> tuple[
         raise UsageError(f"--workers-per-trial {workers} is for CPU trials; a GPU trial runs one rank "
                          "per GPU: use --gpus-per-trial N instead, or --gpus-per-trial 0")
     if cpus > have_cpus:
-        raise UsageError(f"--cpus-per-trial {cpus:g} is more than the {have_cpus:g} CPUs of the largest Ray "
-                         "node: lower it so a trial can start")
+        raise UsageError(f"--cpus-per-trial {cpus:g}{derived} is more than the {have_cpus:g} CPUs of the largest Ray "
+                         f"node: lower it so a trial can start{' (--cpus-per-trial N: the ranks share N)' if derived and workers > 1 else ''}")
     if gpus > have_gpus:
         raise UsageError(f"--gpus-per-trial {gpus:g} is more than the {have_gpus:g} GPUs of the largest Ray node: "
                          f"use --gpus-per-trial {have_gpus:g} or run where GPUs are available")
     ranks = int(gpus) if gpus > 1 else workers
     batch = space.params.get("batch_size")
+    fixed = space.fixed.get("batch_size")
     if ranks > 1 and isinstance(batch, spaces.Choice) and any(int(b) % ranks for b in batch.values):
         raise UsageError(f"batch_size choices {list(batch.values)} do not all split evenly over {ranks} "
                          "ranks (batch_size is the global batch): use a rank count that divides them")
+    if ranks > 1 and batch is None and spaces.whole(fixed) and int(fixed) % ranks:
+        raise UsageError(f"the fixed batch_size {fixed} does not split evenly over {ranks} ranks (batch_size is "
+                         "the global batch): use a rank count that divides it")
     return records.Resources(cpu=cpus, gpu=gpus), workers
 
 

@@ -62,6 +62,16 @@ def truthy(v) -> bool:
     return str(v).lower() in ("true", "1", "1.0")
 
 
+TABLE_COLUMNS = objectives.TABLE_COLUMNS
+
+
+def kept_as(name: str, taken) -> str:
+    """The name a trainer's metric is kept under: its own, unless a parameter (`taken`: the trial's
+    searched and fixed ones) or a column of the tables has it, as a trainer that reports its
+    current `lr` does; then `<name>_reported`. One column, one meaning."""
+    return f"{name}_reported" if name in taken or name in TABLE_COLUMNS else name
+
+
 def is_metric(name: str) -> bool:
     """Whether a result's key can be a trainer's metric: neither Tune's own, a diagnostic, nor the epoch."""
     return name not in TUNE_KEYS and name not in DIAGNOSTICS and name != "epoch"

@@ -112,16 +112,22 @@ class Space:
         if not callable(self.trainer) and not isinstance(self.trainer, str):
             raise SpaceError(f"trainer must be a function, 'module:function', 'cifar' or a benchmark name, "
                              f"got {self.trainer!r}")
-        reported = trainer_metrics(self.trainer)
-        for name in objective_rules.required(self) if reported is not None else ():
-            if name not in reported:
-                what = ("metric" if name == self.metric and not self.objectives else "objective"
-                        if name in objective_rules.of(self) else "constrained metric")
-                raise SpaceError(f"{what} {name!r} is never reported by the {self.trainer} trainer: "
-                                 f"use one of {', '.join(sorted(reported))}")
+        if self.trainer != "cifar":  # the default: tuning.search(train, space) may yet give one
+            check_reported(self)
         clash = set(self.params) & set(self.fixed)
         if clash:
             raise SpaceError(f"{sorted(clash)} are both searched and fixed: keep each in one place")
+        for name in objective_rules.required(self):  # a reported metric and a parameter share the tables' columns
+            if name in objective_rules.TABLE_COLUMNS:
+                raise SpaceError(f"metric {name!r} has the name of a column the trials table has for itself "
+                                 f"({', '.join(sorted(objective_rules.TABLE_COLUMNS))}): report it as, say, "
+                                 f"{name}_rate or val_{name}")
+            if name in self.params or name in self.fixed:
+                what = "searched" if name in self.params else "fixed"
+                hint = (f"a bound on a parameter is its declaration's range: narrow {name!r} instead"
+                        if name in self.constraints else "report the metric under another name")
+                raise SpaceError(f"{name!r} is both a {what} parameter and a metric the space "
+                                 f"{'bounds' if name in self.constraints else 'optimises'}: {hint}")
         problem = conditions.problem(self.params, self.fixed, contains)
         if problem:
             raise SpaceError(problem)
@@ -154,6 +160,18 @@ def trainer_name(trainer) -> str:
     if callable(trainer):
         return f"{trainer.__module__}:{trainer.__qualname__}"
     return trainer
+
+
+def check_reported(space: Space) -> None:
+    """Every metric the space names (objectives, constraints) is one its trainer reports, where
+    that is known before a run: the built-in CIFAR trainer's and a benchmark's."""
+    reported = trainer_metrics(space.trainer)
+    for name in objective_rules.required(space) if reported is not None else ():
+        if name not in reported:
+            what = ("metric" if name == space.metric and not space.objectives else "objective"
+                    if name in objective_rules.of(space) else "constrained metric")
+            raise SpaceError(f"{what} {name!r} is never reported by the {space.trainer} trainer: "
+                             f"use one of {', '.join(sorted(reported))}")
 
 
 def trainer_metrics(trainer) -> set[str] | None:

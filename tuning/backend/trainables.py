@@ -161,7 +161,8 @@ def train_function(config: dict, *, trainer, source, max_epochs: int,
                                 others=others)
             return
         state, restored = restore(tune.get_checkpoint())
-        report = _epoch_reporter(params, metric, diverged_value, restored_epoch=restored, others=others)
+        report = _epoch_reporter(params, metric, diverged_value, restored_epoch=restored, others=others,
+                                 taken={*params, *fixed})
         kwargs["state"] = state
         if trainer == "cifar":
             _train_cifar({**kwargs, "seed": seed}, source=source, max_train=max_train, max_val=max_val,
@@ -182,7 +183,8 @@ def train_function(config: dict, *, trainer, source, max_epochs: int,
         raise RuntimeError(oom_message(params, str(exc), share)) from None
 
 
-def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restored_epoch: int, others: tuple = ()):
+def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restored_epoch: int, others: tuple = (),
+                    taken: set = frozenset()):
     """The trainer's on_epoch: each epoch's metrics to Tune with a checkpoint; for a diverged
     epoch, a finite worst case and the end of the trial (_Diverged); for metrics without the
     space's metric as a number, a result that stops the run (tune_parts.stopper) and the end of
@@ -194,6 +196,8 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
 
     def report(metrics: dict, state: dict | None = None, written: str | None = None, returned: bool = False) -> None:
         metrics, wrong = contract.plain_metrics(metrics, metric)
+        # The space's own metrics never clash (tuning.spaces refuses it); another one may (lr).
+        metrics = {results.kept_as(k, taken): v for k, v in metrics.items()}
         if wrong is not None:
             wrong += (f": report {metric!r} as a number (to on_epoch, or in the dict the trainer returns), or set "
                       "the space's metric to one it reports")
