@@ -159,6 +159,18 @@ def test_resume_refuses_the_flags_of_a_warm_start(capsys, workdir, flags):
              "--warm-start starts a new run: it cannot be given with --resume")
 
 
+@pytest.mark.parametrize("flags, named", [(["--num-samples", "20"], "--num-samples would be ignored: drop it"),
+                                          (["--seed", "3", "--max-epochs", "9"], "--max-epochs, --seed would be"),
+                                          (["--max-failures", "2"], "--max-failures would be"),
+                                          (["--space", "cifar_asha"], "--space would be"),
+                                          (["--smoke"], "--smoke would be")])
+def test_resume_refuses_the_flags_it_would_ignore(capsys, workdir, flags, named):
+    # A resume runs on with run.json's settings: --num-samples 20 once did nothing, without a word.
+    _run_json(workdir / "earlier", "interrupted")
+    line = _refused(capsys, ["--resume", str(workdir / "earlier"), *flags], workdir, named)
+    assert "use --add-samples N for more trials" in line
+
+
 def test_resume_of_a_finished_experiment(capsys, workdir):
     _run_json(workdir / "earlier", "finished")
     _refused(capsys, ["--resume", str(workdir / "earlier")], workdir, "finished already")
@@ -193,15 +205,41 @@ def _cifar_copy(synthetic_source, to: Path) -> Path:
 def test_cifar10_files_that_fail_their_md5_are_named(capsys, workdir, synthetic_source):
     data_dir = _cifar_copy(synthetic_source, workdir / "data")
     _refused(capsys, ["--space", "cifar_asha", "--data", "cifar10", "--data-dir", str(data_dir),
-                      "--results-dir", str(workdir / "new")], workdir, "data_batch_1 fails its md5 check")
+                      "--results-dir", str(workdir / "new")], workdir, "data_batch_1, data_batch_2, data_batch_3",
+             "fail their md5 check")
 
 
 def test_partial_cifar10_names_the_missing_file(capsys, workdir, synthetic_source):
     data_dir = _cifar_copy(synthetic_source, workdir / "data")
     for f in (data_dir / "cifar-10-batches-py").iterdir():
         f.unlink()
-    _refused(capsys, ["--space", "cifar_asha", "--data-dir", str(data_dir), "--results-dir", str(workdir / "new")],
-             workdir, "data_batch_1 is missing")
+    line = _refused(capsys, ["--space", "cifar_asha", "--data-dir", str(data_dir), "--results-dir",
+                             str(workdir / "new")], workdir, "damaged: data_batch_1, data_batch_2")
+    assert "test_batch, batches.meta missing: copy or download CIFAR-10 again" in line and "delete" not in line
+
+
+def test_every_damaged_file_is_named_missing_or_corrupt(capsys, workdir, synthetic_source):
+    # Once only the first problem was named: a missing test_batch hid behind data_batch_1's md5.
+    data_dir = _cifar_copy(synthetic_source, workdir / "data")
+    (data_dir / "cifar-10-batches-py" / "test_batch").unlink()
+    line = _refused(capsys, ["--space", "cifar_asha", "--data-dir", str(data_dir), "--results-dir",
+                             str(workdir / "new")], workdir, "test_batch missing")
+    assert "data_batch_1, data_batch_2, data_batch_3, data_batch_4, data_batch_5, batches.meta fail their md5" in line
+
+
+def test_the_batches_folder_itself_as_data_dir_is_read_from_its_parent(capsys, workdir, synthetic_source):
+    # torchvision wants the folder above cifar-10-batches-py; given the folder itself, auto once wrote
+    # synthetic data inside it and trained on that.
+    data_dir = _cifar_copy(synthetic_source, workdir / "data")
+    _refused(capsys, ["--space", "cifar_asha", "--data-dir", str(data_dir / "cifar-10-batches-py"),
+                      "--results-dir", str(workdir / "new")], workdir, f"CIFAR-10 in {data_dir}/cifar-10-batches-py",
+             "fail their md5 check")
+
+
+def test_a_data_dir_that_is_a_file_is_refused(capsys, workdir):
+    (workdir / "afile").write_text("")
+    _refused(capsys, ["--space", "cifar_asha", "--data-dir", str(workdir / "afile"), "--results-dir",
+                      str(workdir / "new")], workdir, "is a file: give the folder")
 
 
 def test_cifar10_required_but_absent(capsys, workdir):
@@ -213,5 +251,5 @@ def test_cifar10_required_but_absent(capsys, workdir):
 
 def test_data_dir_that_cannot_hold_synthetic_data(capsys, workdir):
     blocker = workdir / "earlier" / "trials.csv"  # a file where a folder would have to go
-    _refused(capsys, ["--space", "cifar_asha", "--data", "synthetic", "--data-dir", str(blocker),
+    _refused(capsys, ["--space", "cifar_asha", "--data", "synthetic", "--data-dir", str(blocker / "data"),
                       "--results-dir", str(workdir / "new")], workdir, "choose a writable --data-dir")

@@ -45,7 +45,7 @@ FLAGS = [
         ("--add-samples", "count"), ("--warm-start-top", "count"), ("--time-budget", "duration"),
         ("--num-samples", "count"), ("--max-epochs", "count"), ("--seed", "at least 0"),
         ("--cpus-per-trial", "positive"), ("--gpus-per-trial", "0 or more"), ("--workers-per-trial", "count"),
-        ("--max-failures", "at least 0")]],
+        ("--max-failures", "at least 0"), ("--max-concurrent-trials", "count")]],
     ("tuning.compare", ["experiments/counting_ones"], "--seeds", "count"),
     ("tuning.compare", ["experiments/counting_ones"], "--budget", "positive"),
     *[("tuning.bench.gpucheck", [], flag, kind) for flag, kind in [
@@ -130,6 +130,21 @@ def test_workers_per_trial_must_split_the_batch_sizes(capsys, tmp_path, ray_2cpu
     refused(capsys, run.main, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "3", "--cpus-per-trial",
                                "2", "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
             "do not all split evenly over 3 ranks")
+
+
+def test_a_fixed_batch_size_must_split_too(capsys, tmp_path, ray_2cpus):
+    # cifar_mo fixes batch_size 256: every trial's three ranks once failed on it, three times each.
+    refused(capsys, run.main, ["--space", "cifar_mo", "--smoke", "--workers-per-trial", "3", "--cpus-per-trial",
+                               "2", "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+            "the fixed batch_size 256 does not split evenly over 3 ranks")
+    assert not (tmp_path / "r").exists()
+
+
+def test_cpus_a_user_never_gave_are_said_to_come_from_the_ranks(capsys, tmp_path, ray_2cpus):
+    refused(capsys, run.main, ["--space", "cifar_asha", "--smoke", "--workers-per-trial", "3",
+                               "--data-dir", str(tmp_path / "data"), "--results-dir", str(tmp_path / "r")],
+            "--cpus-per-trial 3 (the space's cpus_per_trial 1 for each of 3 ranks) is more than the 2 CPUs",
+            "(--cpus-per-trial N: the ranks share N)")
 
 
 def test_workers_per_trial_is_for_cpu_trials(capsys, tmp_path, ray_2cpus):

@@ -116,3 +116,23 @@ def tradeoff_no_latency(*, x, y, epochs, state=None, on_epoch):
     """tradeoff without latency_ms: an objective the trainer never reports."""
     for e in _epochs(state, epochs):
         on_epoch({"loss": (1 - x) ** 2 + 0.5 * y, "peak_mem_gb": 8 * x}, {"epoch": e + 1})
+
+
+def logs_its_epochs(*, lr, log, epochs, state=None, on_epoch, pause=0.2):
+    """`slow` at `pause` seconds an epoch, appending "lr start end" for each epoch to the file `log`
+    (a fixed parameter): when each trial trained, for tests of how many run at once."""
+    import time
+
+    for e in _epochs(state, epochs):
+        start = time.time()
+        time.sleep(pause)
+        with open(log, "a") as f:
+            f.write(f"{lr!r} {start} {time.time()}\n")
+        on_epoch({"loss": lr}, {"epoch": e + 1})
+
+
+def reports_its_lr(*, lr, epochs, state=None, on_epoch):
+    """Reports the learning rate it trains at now (decayed each epoch) as `lr`, a parameter's name,
+    and a `status` of its own, as trainers do: columns the tables already have."""
+    for e in _epochs(state, epochs):
+        on_epoch({"loss": abs(lr - 0.3) + 1 / (e + 1), "lr": lr * 0.5 ** (e + 1), "status": 1.0}, {"epoch": e + 1})

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Callable, Union
 
-from tuning import inputs, objectives as objective_rules, record as records, spacejson, spaces
+from tuning import inputs, objectives as objective_rules, points, record as records, spacejson, spaces
 from tuning import tracking_store
 from tuning.cli import UsageError
 
@@ -46,9 +46,10 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
            seed: int | None = None, cpus_per_trial: float | None = None, gpus_per_trial: float | None = None,
            workers_per_trial: int | None = None, precision: str | None = None, data: str | None = None,
            data_dir: str = "./data", results_dir: str | Path | None = None, address: str | None = None,
-           storage_path: str | None = None, max_failures: int = DEFAULT_MAX_FAILURES, tune_logs: bool = False,
+           storage_path: str | None = None, max_failures: int = DEFAULT_MAX_FAILURES,
+           max_concurrent_trials: int | None = None, tune_logs: bool = False,
            worker_logs: bool = False, smoke: bool = False, time_budget: float | str | None = None,
-           warm_start: list | None = None, warm_start_top: int | None = None,
+           warm_start: list | None = None, warm_start_top: int | None = None, points_to_evaluate: list | None = None,
            mlflow: str | bool | None = None, mlflow_experiment: str | None = None,
            objectives: dict | None = None, constraints: dict | None = None, argv: list | None = None):
     """Search `space` with `trainer` and return a SearchResult.
@@ -58,7 +59,8 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     .py file defining SPACE). The other keywords are tuning.run's flags (see --help); None keeps
     what the space declares. time_budget: seconds, or "90s", "30m", "2h". mlflow: a tracking URI,
     or True for a SQLite store in the results dir (docs/tracking.md); mlflow_experiment: its
-    experiment (default: the space's name). objectives, constraints: the space's, replaced
+    experiment (default: the space's name). points_to_evaluate: configurations to run first, each a
+    dict of parameter values (tuning/points.py). objectives, constraints: the space's, replaced
     (docs/multi-objective.md): {"loss": "min", "latency_ms": "min"}, {"peak_mem_gb": ("<=", 4)}.
     argv: the command line to record in run.json (tuning.run passes its flags)."""
     if space is None:
@@ -83,7 +85,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     small = smoke_sizes(strategy) if smoke else {}
     for flag, value, low in (("num_samples", num_samples, 1), ("max_epochs", max_epochs, 1),
                              ("workers_per_trial", workers_per_trial, 1), ("seed", seed, 0),
-                             ("max_failures", max_failures, 0)):
+                             ("max_failures", max_failures, 0), ("max_concurrent_trials", max_concurrent_trials, 1)):
         inputs.check_at_least(flag, value, low)
     if strategy == "grid":  # tune.run's num_samples repeats the grid
         num_samples = num_samples or small.get("grid_repeats") or space.grid_repeats
@@ -99,9 +101,11 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         space=space.name, strategy=strategy, seed=seed, num_samples=num_samples,
         max_epochs=max_epochs or small.get("max_epochs") or space.max_epochs,
         trainer=spaces.trainer_name(space.trainer), argv=argv, max_failures=max_failures, smoke=small,
+        max_concurrent_trials=max_concurrent_trials,
         storage_path=inputs.storage(storage_path), tune_logs=tune_logs,
         precision=inputs.precision(space, precision), time_budget_s=inputs.budget(time_budget),
         warm_start=inputs.warm_start(space, strategy, warm_start, warm_start_top, seed),
+        points_to_evaluate=points.check(space, strategy, points_to_evaluate, num_samples) or None,
         declaration=spacejson.to_json(space),
         data_args={"kind": data or ("synthetic" if smoke else "auto"), "data_dir": str(Path(data_dir).absolute()),
                    "seed": seed, "synthetic_train": small.get("synthetic_train", 50_000),
@@ -131,8 +135,8 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         if why:  # said once every check has passed: a refusal is its one line alone
             log.info("strategy %s (the space names none: %s; docs/strategies.md)", strategy, why)
         if strategy == "grid":
-            points = " x ".join(f"{len(p.grid_values())} {k}" for k, p in space.params.items())
-            say.info("Grid search: %s = %d points x %d repeat%s = %d trials", points, spaces.grid_size(space),
+            axes = " x ".join(f"{len(p.grid_values())} {k}" for k, p in space.params.items())
+            say.info("Grid search: %s = %d points x %d repeat%s = %d trials", axes, spaces.grid_size(space),
                      num_samples, "s" * (num_samples > 1), spaces.grid_size(space) * num_samples)
         return _execute(space, rec, source, folder, resume=False, keep_ray=ray_was_running, track=track)
     finally:
@@ -141,14 +145,17 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
 
 def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budget: float | str | None = None,
            address: str | None = None, worker_logs: bool = False, trainer: Union[Callable, str, None] = None,
-           mlflow: str | bool | None = None, mlflow_experiment: str | None = None):
+           mlflow: str | bool | None = None, mlflow_experiment: str | None = None,
+           max_concurrent_trials: int | None = None):
     """Continue the unfinished search in results_dir (after a crash, Ctrl-C or a spent time
     budget) with the settings it started with; add_samples: that many more trials, in a finished
     one too; time_budget: the new total. trainer: the function to run, where the recorded one
     cannot be imported by name (it was defined in a script or a notebook). mlflow,
     mlflow_experiment: as search()'s; by default a run tracked in MLflow goes on under the same
-    parent run, and mlflow=False stops tracking it."""
+    parent run, and mlflow=False stops tracking it. max_concurrent_trials: a new limit on trials at
+    once (None: the run's own)."""
     inputs.check_at_least("add_samples", add_samples)
+    inputs.check_at_least("max_concurrent_trials", max_concurrent_trials)
     folder = Path(results_dir).absolute()
     rec = records.read(folder, "--resume")
     if rec.status == "finished" and not add_samples:
@@ -161,6 +168,8 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
         more = inputs.extension(space, rec, add_samples)
         if time_budget is not None:  # a new total; what earlier segments used still counts
             rec.time_budget_s = inputs.budget(time_budget)
+        if max_concurrent_trials is not None:
+            rec.max_concurrent_trials = max_concurrent_trials
         from tuning import session
 
         source, _, ray_was_running = session.start(space, rec, address=address, worker_logs=worker_logs)

@@ -103,12 +103,14 @@ class RunRecord:
     trainer: str = "cifar"  # "cifar", a benchmark, or "module:function" (a function's own module and name)
     argv: list | None = None  # tuning.run's flags; None for a run started from Python
     max_failures: int = 2
+    max_concurrent_trials: int | None = None
     smoke: dict = field(default_factory=dict)
     storage_path: str | None = None
     tune_logs: bool = False
     precision: str | None = None
     time_budget_s: float | None = None
     warm_start: dict | None = None
+    points_to_evaluate: list | None = None  # the user's configurations to run first (tuning/points.py)
     data_args: dict = field(default_factory=dict)
     resources_per_trial: Resources = field(default_factory=Resources)
     workers_per_trial: int = 1

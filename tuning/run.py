@@ -11,7 +11,7 @@ import argparse
 import logging
 import sys
 
-from tuning import api, cli, growth, objectives, results, spaces, tracking_store
+from tuning import api, cli, growth, objectives, points, results, spaces, tracking_store
 from tuning.cli import TuningError, UsageError
 from tuning.contract import PRECISIONS
 
@@ -33,6 +33,9 @@ def _add_growth_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warm-start-top", type=cli.positive_int, metavar="K",
                    help="with --warm-start under random, ASHA, median, Hyperband or tpe: how many of the earlier best "
                         "configurations run first (default 3)")
+    p.add_argument("--points-to-evaluate", metavar="FILE|JSON",
+                   help="configurations of yours to run first, each one trial: a JSON list of objects, or a file "
+                        "holding one ('[{\"lr\": 0.01, \"batch_size\": 64}]'); every strategy but grid")
     p.add_argument("--time-budget", metavar="DURATION", type=_duration,
                    help="stop once the run has run this long (90s, 30m, 2h; downtime between a stop and "
                         "--resume does not count): no trial starts after it, running trials pause at their "
@@ -89,9 +92,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where Tune keeps the experiment and trial checkpoints: a folder every node reaches "
                         "(NFS) or a URI pyarrow opens (s3://bucket/path); default: RESULTS_DIR/tune. "
                         "Needed on a cluster of several machines")
-    p.add_argument("--max-failures", type=cli.non_negative_int, default=api.DEFAULT_MAX_FAILURES,
+    p.add_argument("--max-failures", type=cli.non_negative_int,
                    help="retry a trial whose training raises up to this many times, from its last "
                         "checkpoint, before marking it failed (default 2)")
+    p.add_argument("--max-concurrent-trials", type=cli.positive_int, metavar="N",
+                   help="run at most N trials at once (default: as many as the CPUs and GPUs allow); fewer at "
+                        "once let bohb, adaptive and tpe propose each trial from more results. With --resume, "
+                        "the new limit (default: the run's own)")
     p.add_argument("--tune-logs", action="store_true",
                    help="also write Tune's own per-trial logs (TensorBoard events, progress.csv, result.json) "
                         "to each trial's folder; with many short trials they cost time (docs/performance.md)")
@@ -188,10 +195,24 @@ class _Stdout(logging.StreamHandler):
         pass
 
 
+# What --resume takes; the run's other settings are its own (run.json), and a flag for one of them
+# would be ignored.
+RESUME_TAKES = {"resume", "add_samples", "time_budget", "address", "worker_logs", "trainer", "mlflow",
+                "mlflow_experiment", "max_concurrent_trials"}
+
+
 def _main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     cli.quiet_libraries()  # Ray's and Optuna's noise: this command's output, which tuning.search leaves alone
     if args.resume:
+        ignored = ["--" + k.replace("_", "-") for k, v in vars(args).items()
+                   if k not in RESUME_TAKES and v != parser.get_default(k) and k not in ("objective", "constraint",
+                                                                                       "warm_start", "warm_start_top")]
+        if ignored:
+            raise UsageError(f"--resume continues the run with the settings it started with (its run.json), so "
+                             f"{', '.join(ignored)} would be ignored: drop {'them' if len(ignored) > 1 else 'it'}, "
+                             "use --add-samples N for more trials, or start a new run")
         if args.objective or args.constraint:
             raise UsageError("--objective and --constraint start a new run: a resumed run keeps the objectives it "
                              "was started with")
@@ -199,7 +220,8 @@ def _main(argv: list[str]) -> int:
             raise UsageError("--warm-start starts a new run: it cannot be given with --resume (nor --warm-start-top)")
         result = api.resume(args.resume, add_samples=args.add_samples, time_budget=args.time_budget,
                             address=args.address, worker_logs=args.worker_logs, trainer=args.trainer,
-                            mlflow=args.mlflow, mlflow_experiment=args.mlflow_experiment)
+                            mlflow=args.mlflow, mlflow_experiment=args.mlflow_experiment,
+                            max_concurrent_trials=args.max_concurrent_trials)
     else:
         if args.add_samples is not None:
             raise UsageError("--add-samples needs --resume DIR: it extends that run")
@@ -210,9 +232,12 @@ def _main(argv: list[str]) -> int:
             max_epochs=args.max_epochs, seed=args.seed, cpus_per_trial=args.cpus_per_trial,
             gpus_per_trial=args.gpus_per_trial, workers_per_trial=args.workers_per_trial,
             precision=args.precision, data=args.data, data_dir=args.data_dir, results_dir=args.results_dir,
-            address=args.address, storage_path=args.storage_path, max_failures=args.max_failures,
+            address=args.address, storage_path=args.storage_path,
+            max_failures=api.DEFAULT_MAX_FAILURES if args.max_failures is None else args.max_failures,
+            max_concurrent_trials=args.max_concurrent_trials,
             tune_logs=args.tune_logs, worker_logs=args.worker_logs, smoke=args.smoke, time_budget=args.time_budget,
             warm_start=args.warm_start, warm_start_top=args.warm_start_top, mlflow=args.mlflow,
+            points_to_evaluate=points.read(args.points_to_evaluate) if args.points_to_evaluate else None,
             mlflow_experiment=args.mlflow_experiment, argv=argv, **_objective_flags(args))
     print("\n" + result.summary())
     if result.status == "time budget spent":  # the summary says how to go on

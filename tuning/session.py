@@ -195,6 +195,7 @@ def _run_spec(space: spaces.Space, record: RunRecord, source, results_dir: Path,
         gpus_per_trial=record.resources_per_trial.gpu, source=source, results_dir=results_dir,
         workers_per_trial=record.workers_per_trial, trainer_epochs=record.trainer_epochs,
         max_train=smoke.get("max_train"), max_val=smoke.get("max_val"), max_failures=record.max_failures, resume=resume,
+        max_concurrent_trials=record.max_concurrent_trials,
         storage_path=record.storage_path, tune_logs=record.tune_logs,
         progress_every_s=progress_every_s, on_progress=on_progress, add_samples=add_samples,
         extension=len(record.extensions), **_warm(space, record, resume),
@@ -203,13 +204,16 @@ def _run_spec(space: spaces.Space, record: RunRecord, source, results_dir: Path,
 
 
 def _warm(space: spaces.Space, record: RunRecord, resume: bool) -> dict:
-    """RunSpec's warm start: on a first segment only (a resume restores the search's own state)."""
-    warm = record.warm_start
-    if not warm or resume:
+    """RunSpec's warm start and the user's points to evaluate, theirs first: on a first segment
+    only (a resume restores the search's own state)."""
+    warm, mine = record.warm_start, list(record.points_to_evaluate or [])
+    if resume or not (warm or mine):
         return {}
+    if not warm:
+        return {"warm_points": mine}
     if record.strategy not in ("bohb", "adaptive"):
-        return {"warm_points": warm["configs"]}
-    return {"warm_rows": growth.all_rows(growth.earlier_runs(warm["dirs"], space))}
+        return {"warm_points": mine + [c for c in warm["configs"] if c not in mine]}
+    return {"warm_points": mine, "warm_rows": growth.all_rows(growth.earlier_runs(warm["dirs"], space))}
 
 
 def _time_used(results_dir: Path, record: RunRecord, used: float) -> None:
@@ -230,6 +234,8 @@ def _best(trials, records: list[TrialRecord], space: spaces.Space, source, recor
     # table has an empty cell), and an integer stays one in a column that has empty cells.
     config = next((r.config for r in records if r.trial_id == row["trial_id"]), None)
     config = {p: row[p] for p in space.params} if config is None else dict(config)
+    # In the declared order: BOHB's ConfigSpace hands its configurations over sorted by name.
+    config = {**{p: config[p] for p in space.params if p in config}, **config}
     if source is not None and tested:
         row.update(_test_best(row, records, space, source, record.smoke.get("max_test"),
                               width=config.get("width", space.fixed.get("width", 16))))

@@ -88,6 +88,7 @@ class RunSpec:
     max_val: int | None = None
     budget_iterations: int | None = None  # stop the run after this many iterations in all
     max_failures: int = 0  # retries of a trial whose training raises, from its last checkpoint
+    max_concurrent_trials: int | None = None  # trials running at once, at most (backend/slots.py); None: as resources allow
     resume: bool = False  # continue the experiment saved in results_dir (or storage_path)
     # Where Tune keeps the experiment and trial checkpoints: a folder or URI every node reaches.
     # None: results_dir/tune, on this machine.
@@ -112,7 +113,7 @@ class RunSpec:
     # resume with add_samples new trials, the extension-th of the run (its seed lineage).
     add_samples: int = 0
     extension: int = 0
-    warm_points: list = field(default_factory=list)  # configurations to evaluate first
+    warm_points: list = field(default_factory=list)  # configurations to evaluate first: the user's, then a warm start's
     warm_rows: list = field(default_factory=list)  # earlier runs' results, for BOHB's model
     time_budget_s: float | None = None  # seconds of running time, of which time_used_s are gone
     elapsed_before_s: float = 0.0  # the wall time of the run's earlier segments: the progress line goes on from it

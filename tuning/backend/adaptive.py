@@ -40,6 +40,7 @@ from tuning.backend import mo, rayinternals
 from tuning.backend.bohb import PaperBOHB, VectorisedBOHB
 from tuning.backend.budget import TimeGate
 from tuning.backend.hyperband import PaperHyperBand
+from tuning.backend.slots import SlotGate
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class AdaptiveBOHB(PaperBOHB):
         super().warm(rows)
 
 
-class AdaptiveHyperBand(TimeGate, PaperHyperBand):
+class AdaptiveHyperBand(SlotGate, TimeGate, PaperHyperBand):
     """PaperHyperBand whose next bracket's first rung is drawn by the agreement weights."""
 
     def __init__(self, *args, model: AdaptiveBOHB, seed: int = 0, max_t: int = 81, **kwargs):

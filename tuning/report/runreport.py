@@ -173,7 +173,8 @@ def _provenance(rec: RunRecord) -> pd.DataFrame:
     keep = {"command": command, "trainer": rec.trainer,
             **{k: plan.get(k) for k in ("status", "started", "wall_time_s", "resumes", "git_commit", "space",
                                          "strategy", "seed", "num_samples", "max_epochs", "data",
-                                         "resources_per_trial", "workers_per_trial", "address", "storage_path")},
+                                         "fixed", "precision", "resources_per_trial", "workers_per_trial",
+                                         "max_concurrent_trials", "points_to_evaluate", "address", "storage_path")},
             "versions": plan.get("versions"),
             "report rendered with": {d: _version(d) for d in ("matplotlib", "optuna", "scikit-learn")}}
     return pd.DataFrame(list(flatten({k: v for k, v in keep.items() if v is not None})), columns=["key", "value"])

@@ -1,0 +1,54 @@
+"""A run's limit on trials at once (tuning.run --max-concurrent-trials): what Ray Tune's
+``max_concurrent_trials`` and ``ConcurrencyLimiter`` give, under every strategy. Imported lazily
+by tuning.backend (it imports Ray).
+
+Tune's own limit counts a trial from its suggestion to its end, paused or not. Under synchronous
+Hyperband brackets (hyperband, bohb, adaptive) a trial waits PAUSED at its rung until the rest of
+its bracket gets there, so a limit below a bracket's size left every slot to a waiting trial and
+the bracket never filled. Here a slot is a trial RUNNING or PENDING (made, about to start): a
+paused one frees its slot, the search makes its next trial only while a slot is free, and a paused
+trial is resumed only into a free one. Tune starts every PENDING trial by itself as resources
+allow, so the limit holds by never making more of them than there are free slots.
+
+A model-based search (bohb, adaptive, tpe) then proposes each trial knowing the results of all but
+the few running: with fewer at once it learns more per trial, and takes longer.
+"""
+
+from __future__ import annotations
+
+from ray.tune.experiment import Trial
+
+BUSY = (Trial.RUNNING, Trial.PENDING)
+
+
+class SlotGate:
+    """A scheduler mixin: at most `limit` trials running or about to start (None: no limit). The
+    search asks `free()` before it makes a trial (tuning/backend/searches.py)."""
+
+    limit: int | None = None
+    _controller = None  # Tune's controller, as the scheduler last saw it: where the trials' states are
+
+    def on_trial_add(self, tune_controller, trial: Trial):
+        self._controller = tune_controller
+        super().on_trial_add(tune_controller, trial)
+
+    def busy(self) -> int:
+        if self._controller is None:
+            return 0
+        return sum(t.status in BUSY for t in self._controller.get_live_trials())
+
+    def free(self) -> bool:
+        return self.limit is None or self.busy() < self.limit
+
+    def choose_trial_to_run(self, tune_controller, *args, **kwargs):
+        self._controller = tune_controller
+        trial = super().choose_trial_to_run(tune_controller, *args, **kwargs)
+        # A PENDING trial already holds its slot; a PAUSED one would take one.
+        if trial is not None and trial.status == Trial.PAUSED and not self.free():
+            return None
+        return trial
+
+
+def free(scheduler) -> bool:
+    """Whether a search may make a trial now under `scheduler` (one without a gate has no limit)."""
+    return scheduler is None or not isinstance(scheduler, SlotGate) or scheduler.free()
