@@ -155,6 +155,16 @@ def _experiment(path, fields: str) -> str:
     return str(path.with_suffix(""))
 
 
+def test_a_comparison_keeps_its_experiments_on_a_storage_path(tmp_path):
+    # Every run once failed writing runs/<run>/results.jsonl: with --storage-path Tune made no folder there.
+    one = _experiment(tmp_path / "one.py", "space='mf_hartmann', budget=3, seeds=(0,), strategies=('random',)")
+    proc = _compare(one, "--storage-path", str(tmp_path / "store"), "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    runs = pd.read_csv(tmp_path / "out" / "runs.csv")
+    assert set(runs["strategy"]) >= {"random"} and (tmp_path / "out" / "runs" / "random-s0" / "results.jsonl").exists()
+    assert list((tmp_path / "store").rglob("experiment_state*.json"))  # Tune's experiment, where it was told
+
+
 @pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(600)
 def test_grid_that_runs_out_of_points_stops_early_and_the_report_says_so(tmp_path):

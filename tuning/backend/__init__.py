@@ -141,6 +141,9 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
 
     parts = _tune_parts()
     space = spec.space
+    # tuning.run makes it before anything starts; a comparison's runs are made here, where with a
+    # --storage-path Tune makes none of its own.
+    spec.results_dir.mkdir(parents=True, exist_ok=True)
     budget = (time_budget.TimeBudget(spec.time_budget_s, spec.time_used_s, spec.on_time_used)
               if spec.time_budget_s is not None else None)
     config, search_alg, scheduler = strategies.build(spec, budget)
