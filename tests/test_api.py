@@ -314,3 +314,12 @@ def test_a_metric_named_like_a_parameter_or_a_column_is_kept_beside_it(ray_here,
 def test_a_space_metric_named_like_a_parameter_or_a_column_is_refused(kw, needle):
     with pytest.raises(tuning.TuningError, match=re.escape(needle)):
         tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:reports_its_lr", **kw)
+
+
+def test_an_address_elsewhere_than_the_ray_this_process_runs_is_refused(ray_here, tmp_path):
+    # Once ignored: the search ran on the process's own Ray and recorded its address as the one asked for.
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:scored", metric="score",
+                         mode="max", num_samples=1, max_epochs=1, gpus_per_trial=0)
+    with pytest.raises(tuning.TuningError, match=r"--address 10\.9\.9\.9:6379: this process already runs Ray at "):
+        tuning.search(None, space, strategy="random", address="10.9.9.9:6379", results_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()

@@ -116,25 +116,44 @@ def test_a_refusal_under_the_chosen_strategy_is_its_one_line_alone(tmp_path):
     assert len(lines) == 1 and "--cpus-per-trial 999 is more than" in lines[0], done.stderr
 
 
-@pytest.mark.alone  # another xdist worker's Ray would be the cluster "auto" joins
-def test_address_auto_with_no_cluster_on_the_machine(tmp_path):
-    from ray._private.services import find_gcs_addresses
-
-    # "auto" finds a cluster through RAY_ADDRESS, Ray's address file in RAY_TMPDIR (here neither),
-    # and the Ray processes running on the machine: where there are some, joining them is right.
-    if find_gcs_addresses():
-        pytest.skip("a Ray cluster runs on this machine: --address auto joins it")
+def test_address_auto_with_no_cluster_started_on_the_machine(tmp_path):
+    # "auto" finds a cluster through RAY_ADDRESS or the address file `ray start` writes in RAY_TMPDIR
+    # (here neither). Ray's own "auto" then joined any Ray process it found on the machine: another
+    # user's local Ray, which a new-user trial's resumed run died with. Now refused, whatever runs.
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     env["RAY_TMPDIR"] = str(tmp_path)
     done = subprocess.run([sys.executable, "-m", "tuning.run", "--address", "auto", "--space", "counting_ones",
                            "--smoke", "--results-dir", str(tmp_path / "results")], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, done.stderr[-3000:]
-    # One line: the flag, Ray's own reason (its words are Ray's to change), what to do.
     [line] = done.stderr.strip().splitlines()
-    assert line.startswith("tuning.run: error: --address auto: ") and "Traceback" not in done.stderr
-    assert line.endswith(". Start one with `ray start --head`, or give HOST:PORT of its head"), line
-    assert not (tmp_path / "results").exists()
+    assert line.startswith("tuning.run: error: --address auto: no cluster was started on this machine with `ray "
+                           "start --head`") and "give --address HOST:PORT (the head's GCS port" in line
+    assert "Traceback" not in done.stderr and not (tmp_path / "results").exists()
+
+
+@pytest.mark.parametrize("address, needle", [
+    ("http://127.0.0.1:8265", "without a scheme (ray:// is Ray Client, and http:// the dashboard"),
+    ("WEB", "a web server answers there (Ray's dashboard and job server listen on 8265), not Ray's GCS"),
+])
+def test_an_address_that_is_no_gcs_is_refused_at_once(capsys, workdir, address, needle):
+    # The dashboard's port (what `ray job submit` takes) answered the TCP probe, then ray.init retried
+    # for ten minutes and more.
+    import http.server
+    import threading
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args):  # its own lines on stderr are not the command's
+            pass
+
+    web = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        given = address.replace("WEB", f"127.0.0.1:{web.server_port}")
+        _refused(capsys, ["--space", "counting_ones", "--smoke", "--address", given, "--results-dir",
+                          str(workdir / "new")], workdir, f"--address {given}: ", needle)
+    finally:
+        web.shutdown()
 
 
 def _run_json(folder, status: str) -> None:

@@ -158,7 +158,18 @@ def test_a_storage_folder_is_made_absolute_for_tune(tmp_path, monkeypatch):
 
     monkeypatch.chdir(tmp_path)
     assert cli.storage_path("shared/tune") == str(tmp_path / "shared" / "tune")  # Tune refuses relative paths
-    assert cli.storage_path("file:///mnt/shared") == "file:///mnt/shared"
+    assert cli.storage_path(f"file://{tmp_path}/shared") == f"file://{tmp_path}/shared"
+
+
+def test_a_file_uri_is_checked_as_the_folder_it_names(tmp_path):
+    # It skipped the check: pyarrow's NotADirectoryError as a traceback, after run.json was written.
+    import argparse
+
+    from tuning import cli
+
+    (tmp_path / "afile").write_text("")
+    with pytest.raises(argparse.ArgumentTypeError, match="is a file, not a folder"):
+        cli.storage_path(f"file://{tmp_path}/afile/sub")
 
 
 def test_sigterm_while_ray_starts_stops_the_command_as_at_any_other_moment(tmp_path):

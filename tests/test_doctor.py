@@ -104,3 +104,21 @@ def test_gputil_failing_to_import_names_the_real_cause(tmp_path):
     else:  # a GPU machine: NVML lists the GPUs, and GPUtil's absence is no problem
         assert lines["gpu 0"]["detail"].endswith("(NVML)") and gputil["status"] == "OK"
 
+
+
+def test_doctor_fails_what_a_run_would_refuse_or_wait_on_for_ever(tmp_path):
+    # A results dir under a file passed ("All checks passed") while tuning.run refused it; a cluster
+    # whose nodes have no CPU kept the live trial waiting without a word, for ever.
+    (tmp_path / "afile").write_text("")
+    assert data_line(doctor.check_disk(tmp_path / "afile" / "results")).startswith(f"FAIL disk: {tmp_path / 'afile'} is a file")
+    no_cpu = {"resources": {"CPU": 0}, "nodes": [{"alive": True, "cpus": 0, "gpus": 0}]}
+    assert data_line(doctor.check_live(None, no_cpu)) == (
+        "FAIL live trial: not run: no node of the cluster has a CPU for a trial")
+
+
+def test_a_json_file_that_cannot_be_written_leaves_the_checks_on_screen(tmp_path):
+    (tmp_path / "afile").write_text("")
+    done = _doctor("--no-live", "--data-dir", str(tmp_path), "--json", str(tmp_path / "afile" / "doc.json"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "OK    ray" in done.stdout  # every check printed before the file failed
+    assert done.stderr.strip().splitlines()[-1].startswith(f"tuning.doctor: error: cannot write {tmp_path / 'afile'}")

@@ -189,6 +189,14 @@ def test_the_token_auth_probe_connects_to_a_gcs_and_turns_token_mode_on_by_the_a
     rayinternals.connect_gcs(ray.get_runtime_context().gcs_address)  # GcsClient(address=...): this driver's own Ray
 
 
+def test_the_address_ray_start_wrote_down_is_read_where_ray_keeps_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("RAY_TMPDIR", str(tmp_path))
+    assert rayinternals.started_address() is None
+    (tmp_path / "ray").mkdir()
+    (tmp_path / "ray" / "ray_current_cluster").write_text("10.0.0.5:6379\n")
+    assert rayinternals.started_address() == "10.0.0.5:6379"
+
+
 def test_cli_reporter_private_settings_and_best_trial_hook():
     seen = []
 

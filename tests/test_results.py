@@ -145,3 +145,8 @@ def test_the_summary_of_a_run_without_a_best_trial_says_why_and_how_to_go_on(tmp
         rec.trainer = "__main__:train"
         text = SearchResult(tmp_path, status, unstarted, pd.DataFrame(), None, rec, None).summary()
         assert "--resume" not in text and f"tuning.resume({str(tmp_path)!r}, trainer=train" in text
+        # A run on a cluster goes on on the cluster: without --address a resume started a local Ray.
+        rec.trainer, rec.address = "cifar", "10.0.0.5:6379"
+        text = SearchResult(tmp_path, status, unstarted, pd.DataFrame(), None, rec, None).summary()
+        assert f"python -m tuning.run --resume '{tmp_path}' --address 10.0.0.5:6379" in text
+        assert f"tuning.resume({str(tmp_path)!r}, address='10.0.0.5:6379'" in text

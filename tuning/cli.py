@@ -104,6 +104,9 @@ def storage_path(value: str) -> str:
     service (the bucket's region), as Ray would a moment later."""
     if "://" not in value:
         return str(_writable_folder(Path(value).expanduser().absolute(), value))
+    if value.startswith("file://"):  # a folder too: checked as one (pyarrow opens any path)
+        _writable_folder(Path(value[len("file://"):]), value)
+        return value
     import pyarrow.fs
 
     try:

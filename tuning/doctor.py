@@ -22,6 +22,7 @@ from tuning.trial import data
 
 OK, WARN, FAIL = "OK", "WARN", "FAIL"
 MIN_FREE_GB = 2.0  # a CIFAR run keeps two checkpoints per trial (~1 MB each) plus logs: 2 GB is ample
+LIVE_WAIT_S = 120.0  # the live trial gives up after this: a busy cluster had it wait without a word
 
 
 def _line(status: str, what: str, detail: str, fix: str = "") -> dict:
@@ -181,6 +182,9 @@ def check_disk(results_dir: Path) -> list[dict]:
     here = results_dir
     while not here.exists():  # the results dir may not exist yet: measure where it will be
         here = here.parent
+    if not here.is_dir():  # tuning.run refuses it
+        return [_line(FAIL, "disk", f"{here} is a file: no results dir can be made under it",
+                      "give --results-dir a folder")]
     free = shutil.disk_usage(here).free / 2**30
     if free < MIN_FREE_GB:
         return [_line(FAIL, "disk", f"{free:.1f} GB free at {here}",
@@ -194,12 +198,16 @@ def check_live(backend, info: dict) -> list[dict]:
     from tuning import spaces
 
     gpus = 1 if info["resources"].get("GPU", 0) >= 1 else 0
+    if max((n["cpus"] for n in info["nodes"] if n["alive"]), default=0) < 1:  # it waited for ever
+        return [_line(FAIL, "live trial", "not run: no node of the cluster has a CPU for a trial",
+                      "start a node with CPUs (`ray start --num-cpus N`); a head of 0 CPUs runs none")]
     with tempfile.TemporaryDirectory() as d:
         try:
             source = data.prepare("synthetic", Path(d) / "data", seed=0, synthetic_train=600, synthetic_test=100)
             spec = backend.RunSpec(space=spaces.load("cifar_asha"), strategy="random", num_samples=1, max_epochs=1,
                                    seed=0, cpus_per_trial=1, gpus_per_trial=gpus, source=source,
-                                   results_dir=Path(d) / "results", max_train=512, max_val=88, progress=False)
+                                   results_dir=Path(d) / "results", max_train=512, max_val=88, progress=False,
+                                   time_budget_s=LIVE_WAIT_S)  # a cluster whose CPUs stay busy ends it
             started = time.monotonic()
             records, _ = backend.run(spec)
             took = time.monotonic() - started
@@ -207,6 +215,9 @@ def check_live(backend, info: dict) -> list[dict]:
             return [_line(FAIL, "live trial", f"{type(exc).__name__}: {exc}", "run with --worker-logs to see "
                           "the trial's output")]
     rec = records[0] if records else None
+    if rec is not None and not rec.rows and took >= LIVE_WAIT_S:
+        return [_line(FAIL, "live trial", f"did not start within {LIVE_WAIT_S:.0f} s: no CPU of the cluster came free",
+                      "other jobs hold the cluster's CPUs: check `ray status`, or try again later")]
     if rec is None or rec.status != "TERMINATED" or not rec.rows:
         return [_line(FAIL, "live trial", f"the trial ended {rec.status if rec else 'without starting'}: "
                       f"{(rec and rec.error) or 'no result'}", "rerun tuning.run with --worker-logs to see why")]
@@ -258,9 +269,13 @@ def main(argv: list[str] | None = None) -> int:
     cli.quiet_libraries()
     lines = checks(args.address, Path(args.data_dir).absolute(), Path(args.results_dir).absolute(),
                    live=not args.no_live)
-    if args.json:
-        results.write_json(Path(args.json), lines)
     print(render(lines))
+    if args.json:
+        try:
+            results.write_json(Path(args.json), lines)
+        except results.WriteError as exc:  # the checks are on the screen: only the file is missing
+            print(f"tuning.doctor: error: {exc}", file=sys.stderr)
+            return 2
     failed = [line for line in lines if line["status"] == FAIL]
     print(f"\n{len(failed)} problem(s): see the FAIL lines" if failed else "\nAll checks passed.")
     return 1 if failed else 0

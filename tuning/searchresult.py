@@ -89,9 +89,11 @@ class SearchResult:
         budget = self.status == "time budget spent"
         # A function defined in a script or a notebook has no name to import: only Python can hand it back.
         script = r.trainer.startswith("__main__:")
+        # On a cluster, the cluster again: without --address a resume starts a local Ray.
         call = (f"tuning.resume({str(d)!r}" + (f", trainer={r.trainer.rpartition(':')[2]}" if script else "") +
-                (", time_budget=LONGER)" if budget else ")"))
-        shell = f"python -m tuning.run --resume {shlex.quote(str(d))}" + (" --time-budget LONGER" if budget else "")
+                (f", address={r.address!r}" if r.address else "") + (", time_budget=LONGER)" if budget else ")"))
+        shell = (f"python -m tuning.run --resume {shlex.quote(str(d))}" + (f" --address {r.address}" if r.address else "")
+                 + (" --time-budget LONGER" if budget else ""))
         lines = ["", f"Time budget spent: {r.time_used_s:.0f} s of running time against {r.time_budget_s:.0f} s. "
                  "Trials not finished wait with their checkpoints. Go on with:" if budget else
                  "Interrupted; the experiment's state is saved. Continue with:"]

@@ -17,19 +17,52 @@ class ClusterError(TuningError):
     """The Ray cluster named by --address cannot be joined: a one-line reason and the fix."""
 
 
+GCS_PORT = "HOST:PORT (the head's GCS port, 6379 unless `ray start --head --port` chose another)"
+
+
+def started_address() -> str:
+    """--address auto: RAY_ADDRESS, else the address the latest `ray start --head` on this machine
+    wrote down. Where it wrote none, Ray's own "auto" falls back to any Ray running on the machine,
+    and a search joined another user's short-lived local Ray (found in a new-user trial)."""
+    from tuning.backend import rayinternals
+
+    env = os.environ.get("RAY_ADDRESS", "")
+    if env and env not in ("auto", "local"):
+        return env
+    found = rayinternals.started_address()
+    if not found:
+        raise ClusterError("--address auto: no cluster was started on this machine with `ray start --head` (one "
+                           "started with --temp-dir elsewhere leaves no address where Ray looks): start one, or "
+                           f"give --address {GCS_PORT}")
+    return found
+
+
 def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """ray.init on an address nobody listens at retries for minutes; a TCP connect says it at once."""
+    """ray.init on an address nobody listens at retries for minutes; a TCP connect says it at once.
+    And on one where a web server answers (the dashboard's port, 8265, which `ray job submit` takes)
+    it retried for ten minutes and more: one HTTP request tells that apart, as Ray's GCS speaks gRPC."""
     import socket
 
+    if "://" in address:
+        raise ClusterError(f"--address {address}: give {GCS_PORT}, without a scheme (ray:// is Ray Client, and "
+                           "http:// the dashboard, neither of which a search runs through)")
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit():
-        raise ClusterError(f"--address {address}: expected auto or HOST:PORT (the head's GCS port, 6379 "
-                           "unless `ray start --head --port` chose another)")
+        raise ClusterError(f"--address {address}: expected auto or {GCS_PORT}")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as probe:
+            probe.settimeout(2.0)
+            probe.sendall(b"GET / HTTP/1.0\r\n\r\n")
+            try:
+                head = probe.recv(8)
+            except OSError:  # no answer to it: not a web server
+                head = b""
     except OSError as exc:
         raise ClusterError(f"--address {address}: no Ray cluster answers there ({exc.strerror or exc}); "
                            "start one with `ray start --head` on that machine, or fix the address") from None
+    if head.startswith(b"HTTP/"):
+        raise ClusterError(f"--address {address}: a web server answers there (Ray's dashboard and job server "
+                           f"listen on 8265), not Ray's GCS: give {GCS_PORT}")
 
 
 # Tune gives every trial actor runtime_env={"env_vars": {"PL_DISABLE_FORK": "1"}} (its class_cache,
@@ -58,6 +91,8 @@ def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: i
 
     import ray
 
+    if ray.is_initialized() and address is not None:
+        _check_same_ray(address)
     if not ray.is_initialized():
         level = logging.getLogger("ray").level
         # ray.init takes SIGTERM over: its Python handler stops the local Ray and exits 1, and its
@@ -76,6 +111,30 @@ def start_ray(address: str | None = None, worker_logs: bool = False, num_cpus: i
             signal.signal(signal.SIGTERM, sigterm)
 
 
+def _check_same_ray(address: str) -> None:
+    """A process whose Ray is up (an earlier ray.init) runs on that Ray: one named elsewhere is refused,
+    where it was once ignored and that Ray's address recorded as the one asked for."""
+    import socket
+
+    import ray
+
+    here = ray.get_runtime_context().gcs_address
+    wanted = started_address() if address == "auto" else address
+    this_machine = {ray.util.get_node_ip_address()}
+
+    def ip_port(a: str) -> tuple:  # this machine's addresses (127.0.0.1, its own IP) as one
+        host, _, port = a.rpartition(":")
+        try:
+            ip = socket.gethostbyname(host)
+        except OSError:
+            ip = host
+        return ("this machine" if ip.startswith("127.") or ip in this_machine else ip), port
+
+    if ip_port(wanted) != ip_port(here):
+        raise ClusterError(f"--address {address}: this process already runs Ray at {here} (ray.init): call "
+                           "ray.shutdown() first to join another, or leave out address= to run on this one")
+
+
 def _init(address: str | None, num_cpus: int | None, worker_logs: bool, level: int) -> None:
     import ray
 
@@ -90,9 +149,10 @@ def _init(address: str | None, num_cpus: int | None, worker_logs: bool, level: i
                      logging_level=level)
         _local_node.update(id=ray.get_runtime_context().get_node_id(), env=inherited)
         return
-    if address != "auto":
-        _check_reachable(address)
-        _check_token(address)
+    if address == "auto":
+        address = started_address()
+    _check_reachable(address)
+    _check_token(address)
     try:
         ray.init(address=address, log_to_driver=worker_logs, logging_level=level)
     except (ConnectionError, ray.exceptions.AuthenticationError) as exc:

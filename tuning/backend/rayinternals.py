@@ -1,10 +1,8 @@
 """Every use of Ray's private API in tuning, in one room: what a Ray upgrade could break. Each section names what it
 patches or reads, the Ray version it was written against (WRITTEN_FOR) and why; tests/test_rayinternals.py tests
 each target against the installed Ray. Other modules never name Ray's private API (tests/test_layout.py holds that).
-
-On another Ray major.minor it logs one warning at import instead of refusing to run: pyproject pins
-``ray[tune]==2.60.*``, so another Ray is an upgrade being tried by someone who needs to see what broke; a patch whose
-target is gone raises RayChanged (one line) when applied. Imported lazily by tuning.backend (it imports Ray)."""
+On another Ray major.minor it logs one warning at import instead of refusing to run (pyproject pins ray[tune]==2.60.*:
+another Ray is an upgrade being tried); a patch whose target is gone raises RayChanged (one line) when applied."""
 
 from __future__ import annotations
 
@@ -188,14 +186,14 @@ def without_tune_actor_env(propagate: set[str]):
                    (class_cache, "ENV_VARS_TO_PROPAGATE", set(propagate) & set(class_cache.ENV_VARS_TO_PROPAGATE)))
 
 
-# ---------------------------------------------------------------- joining a cluster with a token
-# Ray 2.60. ray.init picks up this machine's auth token by itself only for address="auto", and a
-# driver naming HOST:PORT was refused after 20 s of retries (tuning/backend/cluster.py, _check_token).
+# ---------------------------------------------------------------- joining a cluster
+# Ray 2.60. ray.init picks up this machine's auth token by itself only for address="auto", and a driver naming
+# HOST:PORT was refused after 20 s of retries (tuning/backend/cluster.py, _check_token). And for "auto" without
+# RAY_ADDRESS it falls back from the address `ray start` wrote down to any Ray running on the machine.
 
 
 def enable_token_auth_if_available() -> bool:
-    """Turn Ray's token mode on in this process where a token is found (RAY_AUTH_TOKEN[_PATH],
-    ~/.ray/auth_token), as ray.init does for address="auto"; whether it was."""
+    """Token mode on here where a token is found (RAY_AUTH_TOKEN[_PATH], ~/.ray/auth_token); whether it was."""
     from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
 
     return bool(maybe_enable_token_auth_if_token_available(warn_if_disabled=False))
@@ -206,6 +204,13 @@ def connect_gcs(address: str) -> None:
     from ray._raylet import GcsClient
 
     GcsClient(address=address)
+
+
+def started_address() -> str | None:
+    """The address the latest `ray start --head` on this machine wrote down (RAY_TMPDIR, TMPDIR or /tmp), or None."""
+    from ray._private.services import find_bootstrap_address
+
+    return find_bootstrap_address(None)
 
 
 # ---------------------------------------------------------------- the progress table
@@ -252,9 +257,8 @@ def tell_optuna(search, trial_id: str, state) -> None:
 
 
 # ---------------------------------------------------------------- Tune's searches and schedulers
-# Ray 2.60. What strategies.py, hyperband.py, bohb.py, adaptive.py, mo.py, budget.py (and bench/scale.py) read
-# and set of Tune's searches and schedulers, and the private hooks they override, under public names.
-# Why each is used: in those modules (new trials, rungs rebuilt, brackets that close, BOHB's model, the budget).
+# Ray 2.60. What the strategy modules (and bench/scale.py) read and set of Tune's searches and schedulers, and the
+# private hooks they override, under public names; why each is used is said in those modules.
 
 
 def adopt(obj, cls: type, **attrs) -> None:
@@ -303,8 +307,7 @@ def asha_brackets(scheduler, of_trials: bool = False):
     return scheduler._trial_info if of_trials else scheduler._brackets
 
 
-def rungs(bracket) -> list[tuple[float, dict]]:
-    """An ASHA bracket's rungs: (milestone, {trial id: sign * value}), which may be written to."""
+def rungs(bracket) -> list[tuple[float, dict]]:  # an ASHA bracket's (milestone, {trial id: sign * value}), writable
     return bracket._rungs
 
 
@@ -313,8 +316,7 @@ def mark_paused(tune_controller, trial) -> None:
     tune_controller._set_trial_status(trial, trial.PAUSED)
 
 
-def median_results(scheduler) -> dict:
-    """A MedianStoppingRule's results per trial, which may be written to."""
+def median_results(scheduler) -> dict:  # a MedianStoppingRule's results per trial, which may be written to
     return scheduler._results
 
 
@@ -380,9 +382,8 @@ def bohb_job(loss: float, budget: float, config: dict):
 
 @functools.cache
 def tune_bohb() -> type:
-    """Ray's TuneBOHB, its model made by make_model(space, settings) (Ray's: BOHB(space, **settings))
-    and its settings as config_space and sign (sign * value is a loss). A function: importing it
-    imports HpBandSter and ConfigSpace (a second), which only BOHB's strategies need."""
+    """Ray's TuneBOHB, its model made by make_model(space, settings) (Ray's: BOHB(space, **settings)) and its settings
+    as config_space and sign (sign * value is a loss). A function: HpBandSter and ConfigSpace import in a second."""
     from ray.tune.search.bohb import TuneBOHB
 
     class Searcher(TuneBOHB):

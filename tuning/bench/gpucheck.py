@@ -62,7 +62,7 @@ def build_parser():
                    help="the best configuration's batch (default 512)")
     p.add_argument("--budget-s", type=cli.positive_float, default=420,
                    help="seconds for all steps together; a step gets min(its cap, what is left) (default 420)")
-    p.add_argument("--only", action="append", choices=GPU_STEPS + CPU_STEPS,
+    p.add_argument("--only", action="append", choices=list(dict.fromkeys(GPU_STEPS + CPU_STEPS)),
                    help="run only this step (repeatable); the other steps' figures in --out are kept")
     p.add_argument("--rehearse", action="store_true",
                    help="without a GPU: run the GPU steps on CPU at toy sizes, to try the script itself")
