@@ -203,8 +203,12 @@ def test_bohb_bandwidths_on_a_conditional_space_are_hpbandsters_where_a_column_i
 
 
 
-def test_grid_runs_each_valid_combination_once_with_empty_inactive_cells(ray_here, tmp_path):
-    result = tuning.search(None, branch_space(), strategy="grid", results_dir=tmp_path / "r")
+def test_grid_runs_each_valid_combination_once_with_empty_inactive_cells(ray_here, tmp_path, caplog):
+    with caplog.at_level("INFO", logger="tuning.progress"):
+        result = tuning.search(None, branch_space(), strategy="grid", results_dir=tmp_path / "r")
+    # The product of the axes is not the count under conditions: it once read "... x 2 width = 10 points".
+    assert ("Grid search: 2 optimizer x 1 lr x 2 momentum x 2 nesterov x 2 width (16 combinations, 10 valid under "
+            "the conditions) = 10 points x 1 repeat = 10 trials") in caplog.text
     assert result.status == "finished" and result.succeeded == len(result.trials) == 2 + 8
     rows = pd.read_csv(tmp_path / "r" / "trials.csv", keep_default_na=False)
     adamw = rows[rows["optimizer"] == "adamw"]
@@ -212,6 +216,18 @@ def test_grid_runs_each_valid_combination_once_with_empty_inactive_cells(ray_her
     configs = _configs(result.trials)
     assert all(valid(c) for c in configs)
     assert len({json.dumps(c, sort_keys=True) for c in configs}) == 10
+
+
+def test_an_integer_under_a_condition_stays_an_integer_in_the_tables(ray_here, tmp_path):
+    # Its empty cells made the column float: trials.csv said 32.0 for a width the trial ran as 32.
+    params = {**branch_params(), "width": IntLogUniform(4, 32, grid=2, when={"optimizer": "sgd"})}
+    result = tuning.search(None, branch_space(params=params), strategy="grid", results_dir=tmp_path / "r")
+    widths = pd.read_csv(tmp_path / "r" / "trials.csv", dtype=str, keep_default_na=False)["width"]
+    assert sorted(set(widths)) == ["", "32", "4"]
+    assert str(result.trials["width"].dtype) == "Int64"
+    assert str(pd.read_parquet(tmp_path / "r" / "trials.parquet")["width"].dtype) == "Int64"
+    assert set(pd.read_csv(tmp_path / "r" / "epochs.csv", dtype=str, keep_default_na=False)["width"]) == {"", "4", "32"}
+    assert (tmp_path / "r" / "report.html").exists()  # the report reads the nullable column too
 
 
 # The default suite runs BOHB's model on conditions; random, ASHA and Hyperband share one path

@@ -101,3 +101,20 @@ def test_comparison_best_configurations_print_a_dash_for_an_unset_parameter():
                          "optimizer": ["sgd", "adamw"], "momentum": [0.9, np.nan]})
     best = analysis.best_configs(runs, {"params": ["optimizer", "momentum"]}, ["random", "tpe"], 1)
     assert best["momentum"].tolist() == [0.9, "—"]
+
+
+def test_a_chosen_none_is_told_apart_from_an_inactive_parameter(ray_here, tmp_path):
+    """Choice([None, "cosine"]) under a condition: a chosen None was an empty cell like an inactive
+    parameter's, the best configuration's table said "not set" for it, and its count of the trials
+    that set it left out the ones that chose None."""
+    params = {"arch": tuning.Choice(["shallow", "deep"]), "lr": tuning.Uniform(0.0, 0.1, grid=1),
+              "sched": tuning.Choice([None, "cosine"], when={"arch": "deep"})}
+    space = tuning.Space(params=params, trainer="user_trainers:scheduled", metric="loss", mode="min",
+                         max_epochs=2, gpus_per_trial=0)
+    result = tuning.search(None, space, strategy="grid", results_dir=tmp_path / "r")
+    cells = pd.read_csv(tmp_path / "r" / "trials.csv", dtype=str, keep_default_na=False).set_index("arch")["sched"]
+    assert cells["shallow"] == "" and sorted(cells["deep"]) == ['"cosine"', "null"]
+    md = (tmp_path / "r" / "report.md").read_text()
+    assert "sched is set in 2 of these 3 trials (only when arch = deep)" in md
+    assert result.best.config == {"arch": "deep", "lr": 0.05, "sched": None}  # shallow: none given, 0.1 worse
+    assert "| sched | null |" in _section(md, "Best configuration") and "not set" not in md

@@ -136,3 +136,11 @@ def reports_its_lr(*, lr, epochs, state=None, on_epoch):
     and a `status` of its own, as trainers do: columns the tables already have."""
     for e in _epochs(state, epochs):
         on_epoch({"loss": abs(lr - 0.3) + 1 / (e + 1), "lr": lr * 0.5 ** (e + 1), "status": 1.0}, {"epoch": e + 1})
+
+
+def scheduled(*, arch, lr, epochs, state=None, on_epoch, sched="none given"):
+    """sched exists for the deep arch only, where None (no schedule) is one of its choices, and the best."""
+    if (sched == "none given") != (arch == "shallow"):
+        raise TypeError(f"arch {arch!r} with sched {sched!r}")
+    for e in _epochs(state, epochs):
+        on_epoch({"loss": lr + (0.0 if sched is None else 0.1) + 1 / (e + 1)}, {"epoch": e + 1})

@@ -13,6 +13,7 @@ starts and without touching earlier results; the commands exit 2 with that line.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from pathlib import Path
@@ -135,9 +136,13 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         if why:  # said once every check has passed: a refusal is its one line alone
             log.info("strategy %s (the space names none: %s; docs/strategies.md)", strategy, why)
         if strategy == "grid":
-            axes = " x ".join(f"{len(p.grid_values())} {k}" for k, p in space.params.items())
-            say.info("Grid search: %s = %d points x %d repeat%s = %d trials", axes, spaces.grid_size(space),
-                     num_samples, "s" * (num_samples > 1), spaces.grid_size(space) * num_samples)
+            sizes = [len(p.grid_values()) for p in space.params.values()]
+            axes = " x ".join(f"{n} {k}" for n, k in zip(sizes, space.params))
+            valid = spaces.grid_size(space)
+            if valid != math.prod(sizes):  # conditions: the valid combinations only
+                axes += f" ({math.prod(sizes)} combinations, {valid} valid under the conditions)"
+            say.info("Grid search: %s = %d points x %d repeat%s = %d trials", axes, valid,
+                     num_samples, "s" * (num_samples > 1), valid * num_samples)
         return _execute(space, rec, source, folder, resume=False, keep_ray=ray_was_running, track=track)
     finally:
         lock.release()

@@ -212,7 +212,7 @@ class Choice:
 
     def cell_position(self, cell) -> int | None:
         """The index of the value a table cell stands for, or None where none does. A column that
-        took a list or a dict holds every value as JSON text (results.config_cells); CSV gives
+        took a list or a dict holds every value as JSON text (params.config_cells); CSV gives
         numbers back as text or floats."""
         i = next((i for i, v in enumerate(self.values) if label(v) == str(cell)
                   or (isinstance(v, (int, float)) and not isinstance(v, bool) and v == cell)), None)
@@ -256,7 +256,7 @@ def _key(v):
 
 
 def json_cells(values) -> bool:
-    """Whether a table column of these values holds them as JSON text (results.config_cells): where
+    """Whether a table column of these values holds them as JSON text (params.config_cells): where
     one is a list or a dict, or where they mix kinds (strings with numbers, bools with either), which
     one parquet column cannot hold; None goes with any kind."""
     kinds = {"json" if isinstance(v, (list, dict)) else "bool" if isinstance(v, bool)
@@ -309,3 +309,37 @@ def plain(value):
     return value
 
 
+# ---------------------------------------------------------------- parameters in the tables (tuning.results)
+
+def config_cells(records: list, params: list[str]):
+    """rec -> its parameters as table cells. A parameter that took a list or a dict (a Choice of
+    them), or values of mixed kinds (a string and a number), has every value it took as JSON text,
+    `null` for a chosen None, so its column holds one type that CSV and parquet keep and
+    `json.loads` reads back; an inactive one is an empty cell. So has one that took None where
+    other trials lacked it (a conditional Choice of None and more): an empty cell for both read as
+    inactive, in the tables and the report alike."""
+    taken = {p: [] for p in params}
+    for rec in records:
+        for p, v in rec.config.items():
+            if p in taken:
+                taken[p].append(v)
+    lacking = {p for p in params if any(p not in rec.config for rec in records)}
+    as_json = {p for p, values in taken.items() if json_cells(values) or (p in lacking and None in values)}
+
+    def cells(rec) -> dict:
+        config = rec.config
+        return {p: json.dumps(config[p]) if p in as_json and p in config else config.get(p) for p in params}
+
+    return cells
+
+
+def whole_numbers(df, records: list, params: list[str]):
+    """An integer parameter that some trials lack (inactive under its conditions) kept as pandas'
+    nullable integers: with empty cells a column of ints was float, and trials.csv said 32.0 for a
+    batch size the trial ran as 32."""
+    for p in params:
+        values = [rec.config[p] for rec in records if p in rec.config]
+        lacking = any(p not in rec.config for rec in records)
+        if lacking and values and p in df and all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            df[p] = df[p].astype("Int64")
+    return df

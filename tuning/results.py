@@ -143,37 +143,18 @@ def read_rows(path: Path, quiet: bool = False) -> dict[str, list[dict]]:
     return rows
 
 
-def config_cells(records: list[TrialRecord], params: list[str]):
-    """rec -> its parameters as table cells. A parameter that took a list or a dict (a Choice of
-    them), or values of mixed kinds (a string and a number), has every value it took as JSON text,
-    `null` for a chosen None, so its column holds one type that CSV and parquet keep and
-    `json.loads` reads back; an inactive one is an empty cell."""
-    taken = {p: [] for p in params}
-    for rec in records:
-        for p, v in rec.config.items():
-            if p in taken:
-                taken[p].append(v)
-    as_json = {p for p, values in taken.items() if param_types.json_cells(values)}
-
-    def cells(rec: TrialRecord) -> dict:
-        config = rec.config
-        return {p: json.dumps(config[p]) if p in as_json and p in config else config.get(p) for p in params}
-
-    return cells
-
-
 def epochs_table(records: list[TrialRecord], params: list[str], metric: str = "loss") -> pd.DataFrame:
     """Every reported row: the learning curves, one row per trial and epoch, with a column for every
     metric the trainers reported."""
     columns = ["training_iteration", "epoch", *metric_keys(records, metric), *DIAGNOSTICS]
-    cells = config_cells(records, params)
+    cells = param_types.config_cells(records, params)
     rows = []
     for rec in records:
         for r in _curve(rec.rows):
             row = {"trial_id": rec.trial_id, **cells(rec)}
             row.update({c: r.get(c) for c in columns})
             rows.append(row)
-    return pd.DataFrame(rows, columns=["trial_id", *params, *columns])
+    return param_types.whole_numbers(pd.DataFrame(rows, columns=["trial_id", *params, *columns]), records, params)
 
 
 def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str, max_epochs: int,
@@ -185,7 +166,7 @@ def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str
     trials stopped past a bound on a metric that only grows."""
     keys = metric_keys(records, metric)
     ways = {k: direction(k, metric, mode) for k in keys}
-    cells = config_cells(records, params)
+    cells = param_types.config_cells(records, params)
     rows = []
     for rec in records:
         curve = [r for r in _curve(rec.rows) if r.get(metric) is not None]
@@ -227,7 +208,7 @@ def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str
             "error": rec.error,
             "error_file": rec.error_file,  # the trainer's traceback, where it raised
         })
-    df = pd.DataFrame(rows)
+    df = param_types.whole_numbers(pd.DataFrame(rows), records, params)
     if not df.empty:
         df = df.sort_values(metric, ascending=(mode == "min"), na_position="last", kind="stable")
     return df.reset_index(drop=True)

@@ -123,7 +123,7 @@ def read(folder: str, what: str = "") -> Recorded:
     for trial_id, rows in epochs.groupby("trial_id", sort=False):
         first = rows.iloc[0]
         ids.append(trial_id)
-        # A choice of lists or dicts is JSON text in the table (results.config_cells): its value again.
+        # A choice of lists or dicts is JSON text in the table (params.config_cells): its value again.
         configs.append({k: params[k].from_cell(first[k]) if _json_choice(params[k]) else spaces.plain(first[k])
                         for k in params})
         curves.append({int(r["training_iteration"]): _epoch(r, names) for _, r in rows.iterrows()})
