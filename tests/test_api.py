@@ -323,3 +323,24 @@ def test_an_address_elsewhere_than_the_ray_this_process_runs_is_refused(ray_here
     with pytest.raises(tuning.TuningError, match=r"--address 10\.9\.9\.9:6379: this process already runs Ray at "):
         tuning.search(None, space, strategy="random", address="10.9.9.9:6379", results_dir=tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_branch_without_the_metric_stops_the_run_naming_its_trial_and_the_trials_before(ray_here, tmp_path, capsys):
+    """The line said "the run stopped after its first result" where four trials had finished, and the
+    trial that lacked the metric stood TERMINATED with the space's worst value as its result."""
+    params = {"optimizer": tuning.Choice(["adamw", "sgd"]), "lr": tuning.Uniform(0.0, 1.0),
+              "momentum": tuning.Uniform(0.8, 0.99, when={"optimizer": "sgd"})}
+    space = tuning.Space(params=params, trainer="user_trainers:sgd_forgets_the_metric", metric="loss", mode="min",
+                         max_epochs=1, gpus_per_trial=0)
+    adamw = [{"optimizer": "adamw", "lr": 0.1 * i} for i in range(1, 4)]
+    with pytest.raises(tuning.TuningError) as err:  # the first three trials are adamw's, one at a time
+        tuning.search(None, space, strategy="random", num_samples=5, results_dir=tmp_path / "r", seed=0,
+                      points_to_evaluate=[*adamw, {"optimizer": "sgd", "lr": 0.5, "momentum": 0.9}],
+                      max_concurrent_trials=1)
+    line = str(err.value)
+    assert "the trainer reported no 'loss'; the numbers it did report: val_loss" in line
+    assert "optimizer='sgd', lr=0.5, momentum=0.9), the first result without it, after 3 trials had reported it" in line
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    bad = trials[trials["optimizer"] == "sgd"].iloc[0]
+    assert bad["status"] == "ERROR" and "reported no 'loss'" in bad["error"] and pd.isna(bad["loss"])
+    assert (trials.loc[trials["optimizer"] == "adamw", "status"] == "TERMINATED").all()

@@ -144,3 +144,11 @@ def scheduled(*, arch, lr, epochs, state=None, on_epoch, sched="none given"):
         raise TypeError(f"arch {arch!r} with sched {sched!r}")
     for e in _epochs(state, epochs):
         on_epoch({"loss": lr + (0.0 if sched is None else 0.1) + 1 / (e + 1)}, {"epoch": e + 1})
+
+
+def sgd_forgets_the_metric(*, optimizer, lr, epochs, state=None, on_epoch, momentum=None):
+    """Reports `loss` under adamw; the sgd branch reports `val_loss` instead, as a branch written
+    later can."""
+    key = "loss" if optimizer == "adamw" else "val_loss"
+    for e in _epochs(state, epochs):
+        on_epoch({key: lr + 1 / (e + 1)}, {"epoch": e + 1})

@@ -90,6 +90,7 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
             backend.stop_ray()
 
     _one_report_run(record, records)
+    stopped_by = _metric_error(records, space.metric)
     params = list(space.params)
     res = record.resources_per_trial
     trials = results.trials_table(records, params, strategy=record.strategy, max_epochs=record.max_epochs,
@@ -98,15 +99,14 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
     trials = objectives.annotate(trials, space, record.max_epochs)  # several objectives: feasibility, rank
     epochs = results.epochs_table(records, params, space.metric)
     results.write_tables(results_dir, trials, epochs)
-    wrong = next((r[results.METRIC_ERROR] for rec in records for r in rec.rows if r.get(results.METRIC_ERROR)),
-                 None)
-    if wrong:
+    if stopped_by:
+        wrong, where = stopped_by
         _record_end(record, trials, None, "stopped: the trainer's metrics cannot be used", started)
         record.error = wrong
         record.write(results_dir)
         if tracker is not None:
             tracker.finish(records, trials, None, record.status)
-        raise MetricError(f"{wrong}; the run stopped after its first result (files kept in {results_dir})")
+        raise MetricError(f"{wrong}; the run stopped at {where} (files kept in {results_dir})")
     pareto = _write_front(results_dir, trials, space)  # not before: a stopped run's front is of stand-in values
     unfinished = [r for r in records if r.status not in ("TERMINATED", "ERROR")] or interrupted
     best = _best(trials, records, space, source, record, results_dir, tested=not unfinished)
@@ -184,6 +184,27 @@ def _close_killed_segment(record: RunRecord, results_dir: Path) -> None:
     record.wall_time_s = round(record.wall_time_s + seg.wall_s, 1)
     log.info("the previous segment was killed before it closed; its %.0f s up to its last write are counted in "
              "wall_time_s", seg.wall_s)
+
+
+def _metric_error(records: list[TrialRecord], metric: str) -> tuple[str, str] | None:
+    """(what was wrong, where the run stopped) for a run its trainer's metrics stopped, else None.
+    The trial that reported it becomes ERROR with it, its stand-in values dropped: the tables once
+    showed it TERMINATED with the space's worst value as a result. Other trials may have reported
+    the metric first (a branch of a conditional space that lacks it): the line says how many."""
+    bad = next((rec for rec in records for r in rec.rows if r.get(results.METRIC_ERROR)), None)
+    if bad is None:
+        return None
+    row = next(r for r in bad.rows if r.get(results.METRIC_ERROR))
+    wrong, at = row[results.METRIC_ERROR], row.get("ended_at", float("inf"))
+    bad.rows = [r for r in bad.rows if not r.get(results.METRIC_ERROR)]
+    bad.status, bad.error = "ERROR", wrong
+    # Trials that had reported it by then (one that started as the run stopped may have since).
+    fine = sum(any(results.is_number(r.get(metric)) and r.get("ended_at", at) < at for r in rec.rows)
+               for rec in records if rec is not bad)
+    where = (f"trial {bad.trial_id} ({', '.join(f'{k}={v!r}' for k, v in bad.config.items())}), the first result "
+             "without it" + (f", after {fine} trial{'s' * (fine != 1)} had reported it: a branch of the space that "
+                             "lacks it?" if fine else ""))
+    return wrong, where
 
 
 def _run_spec(space: spaces.Space, record: RunRecord, source, results_dir: Path, resume: bool, add_samples: int, *,

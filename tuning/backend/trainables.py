@@ -211,7 +211,7 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
             # Stand-in values keep Tune's metric check and the schedulers quiet for the one step
             # the stopper needs to end the run.
             tune.report({**metrics, **_stand_ins((metric, *others), metrics, diverged_value),
-                         results.METRIC_ERROR: wrong})
+                         results.METRIC_ERROR: wrong, "ended_at": time.time()})
             raise _Diverged
         # restored_from: the epoch this trial's process resumed at (0 = fresh start), so the
         # tables can show pauses and prove no epoch was trained twice. A trainer's own memory
