@@ -74,6 +74,17 @@ def test_a_returning_trainer_is_refused_by_strategies_that_judge_epochs(tmp_path
     assert "\n" not in line and not (tmp_path / "r").exists()
 
 
+def test_a_trainer_that_neither_returns_nor_takes_on_epoch_is_told_both_ways_to_report(tmp_path):
+    def silent(*, lr):
+        pass
+
+    with pytest.raises(tuning.TuningError) as err:
+        tuning.search(silent, _space(silent), results_dir=tmp_path / "r")
+    assert str(err.value).startswith("trainer ") and "neither returns its metrics nor takes on_epoch" in str(err.value)
+    assert "return them as a dict such as {'loss': 0.5}, or take epochs, state and on_epoch" in str(err.value)
+    assert not (tmp_path / "r").exists()
+
+
 def test_tpes_refusal_of_a_returning_trainer_names_a_fix_other_than_tpe():
     line = contract.one_report_refusal("tpe", 4, "objective")
     assert "tpe runs Hyperband brackets up to max_epochs 4" in line

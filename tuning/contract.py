@@ -134,6 +134,10 @@ def check_signature(fn: Callable, name: str, params: list[str], fixed: list[str]
     contract = REQUIRED if var_kw or "on_epoch" in names or reporting(fn) != "returns" else ()
     need = [*params, *fixed, *contract, *(("rank", "world_size", "device") if ranks > 1 else ())]
     lacking = [n for n in need if n not in names] if not var_kw else []
+    if set(REQUIRED) <= set(lacking) and reporting(fn) == "neither":  # it reports nothing either way
+        raise ContractError(f"trainer {name} neither returns its metrics nor takes on_epoch to report them: return "
+                            "them as a dict such as {'loss': 0.5}, or take epochs, state and on_epoch and call "
+                            "on_epoch(metrics, state) after every epoch (docs/your-trainer.md)")
     if lacking:
         role = {**{p: "searched" for p in params}, **{f: "fixed" for f in fixed}}
         what = ", ".join(f"{n} ({role[n]})" if n in role else n for n in lacking)
