@@ -65,6 +65,14 @@ def test_numpy_integers_and_ranges_name_a_parents_values(values):
     assert all(type(v) is int for v in space.params["x"].when["n"]) and 2 in space.params["x"].when["n"]
 
 
+def test_a_condition_no_grid_point_meets_is_said_before_a_grid_search():
+    space = Space(params={"n": IntLogUniform(1, 64), "x": Uniform(0, 1, when={"n": 8}),
+                          "y": Uniform(0, 1, when={"n": [4, 8]})}, trainer="counting_ones")
+    assert space.params["n"].grid_values() == [1, 4, 16, 64]
+    (line,) = spaces.never_on_the_grid(space)  # y holds at n = 4
+    assert line.startswith("x is never active under grid search: its condition n in [8] holds at none of n's grid")
+
+
 def test_a_bad_condition_in_a_space_file_exits_2_in_one_line(tmp_path, capsys):
     from tuning import run
 

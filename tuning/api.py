@@ -91,6 +91,8 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     if strategy == "grid":  # tune.run's num_samples repeats the grid
         num_samples = num_samples or small.get("grid_repeats") or space.grid_repeats
         spaces.check_grid(space, num_samples)
+        for line in spaces.never_on_the_grid(space):
+            log.warning(line)
     else:
         num_samples = num_samples or small.get("num_samples") or space.num_samples
     spaces.check_mixed_grid(space, strategy, num_samples)

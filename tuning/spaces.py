@@ -208,6 +208,20 @@ def trainer_metrics(trainer) -> set[str] | None:
 MAX_GRID_TRIALS = 100_000
 
 
+def never_on_the_grid(space: Space) -> list[str]:
+    """A line for each parameter whose condition names a parent value the parent's grid points miss
+    (when={'n': 8} over IntLogUniform(1, 64)'s 1, 4, 16, 64): grid search never runs it."""
+    out = []
+    for name, p in space.params.items():
+        for parent, values in (p.when or {}).items():
+            points = space.params[parent].grid_values()
+            if not any(v in points for v in values):
+                out.append(f"{name} is never active under grid search: its condition {parent} in {list(values)} "
+                           f"holds at none of {parent}'s grid points {points}; give {parent} grid points that "
+                           "include it (grid=...), or search at random")
+    return out
+
+
 def check_grid(space: Space, repeats: int) -> int:
     total = grid_size(space) * repeats
     if total > MAX_GRID_TRIALS:
