@@ -67,6 +67,18 @@ def test_a_configuration_that_does_not_fit_the_space_is_refused(tmp_path, given,
     assert not (tmp_path / "r").exists()
 
 
+def test_numpy_values_and_a_home_relative_file_are_taken(tmp_path, monkeypatch):
+    import numpy as np
+
+    from tuning import points
+
+    space = tuning.Space(params={"n": tuning.IntUniform(1, 8), "x": tuning.Uniform(0.0, 1.0)}, trainer="counting_ones")
+    assert points.check(space, "random", [{"n": np.int64(4), "x": np.float32(0.5)}], 2) == [{"n": 4, "x": 0.5}]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "mine.json").write_text('[{"n": 2, "x": 0.1}]')
+    assert points.read("~/mine.json") == [{"n": 2, "x": 0.1}]
+
+
 def test_grid_refuses_them(tmp_path):
     with pytest.raises(tuning.TuningError, match="grid search walks its fixed points"):
         tuning.search(None, choice_space(), strategy="grid", points_to_evaluate=MINE, results_dir=tmp_path / "r")

@@ -21,7 +21,7 @@ def read(text: str) -> list:
     """The flag's value: JSON text (a list of objects), or a file that holds it."""
     stripped = text.strip()
     if not stripped.startswith(("[", "{")):
-        path = Path(text)
+        path = Path(text).expanduser()
         try:
             stripped = path.read_text()
         except FileNotFoundError:
@@ -57,6 +57,7 @@ def check(space: spaces.Space, strategy: str, given, num_samples: int) -> list[d
 
 def _one(space: spaces.Space, point: dict, i: int) -> dict:
     where = f"{FLAG}: configuration {i}"
+    point = {k: param_types.plain(v) for k, v in point.items()}  # np.int64(64) from an array is 64
     fixed = sorted(k for k in point if k in space.fixed)
     if fixed:
         raise UsageError(f"{where} sets {', '.join(fixed)}, which the space fixes ({_values(space.fixed, fixed)}): "
