@@ -70,6 +70,22 @@ def test_a_resume_keeps_the_limit(ray_here, tmp_path):
     assert json.loads((tmp_path / "r" / "run.json").read_text())["max_concurrent_trials"] == 2
 
 
+@pytest.mark.parametrize("strategy", ["random", "hyperband"])
+def test_a_resume_starts_no_more_than_its_limit(ray_here, tmp_path, strategy):
+    """Tune restores every unfinished trial PENDING and starts each it can: a resumed run once ran
+    them all at once (two here, on two CPUs), whatever the limit. Those past it are held, and handed
+    back as slots free, Hyperband's too (its own choice resumes only the trials its rungs promote)."""
+    log = tmp_path / "epochs.log"
+    first = tuning.search(space=_space(log, strategy), results_dir=tmp_path / "r", time_budget=3)
+    assert first.status == "time budget spent"
+    if strategy == "random":  # two at once before: the resume's limit is what holds them to one
+        assert epochs_at_once(log) == 2
+    log.write_text("")
+    done = tuning.resume(tmp_path / "r", time_budget=600, max_concurrent_trials=1)
+    assert done.status == "finished" and (done.trials["status"] == "TERMINATED").all()
+    assert epochs_at_once(log) == 1
+
+
 @pytest.mark.parametrize("value", [0, 1.5, "2"])
 def test_a_limit_that_is_no_positive_whole_number_is_refused(tmp_path, value):
     with pytest.raises(tuning.TuningError) as err:

@@ -49,6 +49,10 @@ def test_they_run_before_a_warm_starts_configurations(ray_here, tmp_path):
     tuning.search(None, choice_space(num_samples=4), strategy="random", seed=6, points_to_evaluate=MINE[:1],
                   warm_start=[earlier.results_dir], warm_start_top=1, results_dir=tmp_path / "b")
     assert first_configs(tmp_path / "b", 2) == in_order([MINE[0], earlier.best.config])
+    # Each is one of num_samples: a point and three warm configurations ran a fifth trial of four once.
+    capped = tuning.search(None, choice_space(num_samples=2), strategy="random", seed=7, points_to_evaluate=MINE[:1],
+                           warm_start=[earlier.results_dir], results_dir=tmp_path / "c")
+    assert len(capped.trials) == 2
 
 
 @pytest.mark.parametrize("given, needle", [
@@ -79,14 +83,19 @@ def test_numpy_values_and_a_home_relative_file_are_taken(tmp_path, monkeypatch):
     assert points.read("~/mine.json") == [{"n": 2, "x": 0.1}]
 
 
-def test_grid_refuses_them(tmp_path):
+def test_grid_refuses_them_and_a_space_with_grid_says_to_drop_it(tmp_path):
     with pytest.raises(tuning.TuningError, match="grid search walks its fixed points"):
         tuning.search(None, choice_space(), strategy="grid", points_to_evaluate=MINE, results_dir=tmp_path / "r")
+    # It once said to use random or asha, which refused it again: grid= is what stands in the way.
+    with pytest.raises(tuning.TuningError, match=r"the space's grid=\['lr'\] runs every grid point .* drop grid="):
+        tuning.search(None, choice_space(grid=["lr"]), strategy="random", points_to_evaluate=MINE,
+                      results_dir=tmp_path / "r")
 
 
 def test_the_cli_takes_json_or_a_file_and_refuses_either_in_one_line(tmp_path, capsys):
     space = ["--space", "cifar_asha", "--results-dir", str(tmp_path / "r")]
     refused(capsys, run.main, [*space, "--points-to-evaluate", '[{"lr": 0.01}'], "not valid JSON")
+    refused(capsys, run.main, [*space, "--points-to-evaluate", ""], "not valid JSON")  # once ignored
     refused(capsys, run.main, [*space, "--points-to-evaluate", str(tmp_path / "none.json")], "no such file")
     (tmp_path / "mine.json").write_text('[{"lr": 0.01, "batch_size": 100}]')
     refused(capsys, run.main, [*space, "--points-to-evaluate", str(tmp_path / "mine.json")],

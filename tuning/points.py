@@ -20,7 +20,7 @@ EXAMPLE = '[{"lr": 0.01, "batch_size": 64}]'
 def read(text: str) -> list:
     """The flag's value: JSON text (a list of objects), or a file that holds it."""
     stripped = text.strip()
-    if not stripped.startswith(("[", "{")):
+    if stripped and not stripped.startswith(("[", "{")):
         path = Path(text).expanduser()
         try:
             stripped = path.read_text()
@@ -45,10 +45,12 @@ def check(space: spaces.Space, strategy: str, given, num_samples: int) -> list[d
     if not isinstance(given, (list, tuple)) or not all(isinstance(p, dict) for p in given):
         raise UsageError(f"{FLAG}: give a list of configurations, each a dict of parameter values, e.g. {EXAMPLE}; "
                          f"got {type(given).__name__}")
-    if strategy == "grid" or space.grid:
-        what = "grid search walks its fixed points" if strategy == "grid" else f"grid={list(space.grid)} runs every grid point"
-        raise UsageError(f"{FLAG}: {what}, which configurations of yours would replace unevenly; use --strategy "
-                         "random, asha, hyperband, bohb or tpe")
+    if strategy == "grid":
+        raise UsageError(f"{FLAG}: grid search walks its fixed points, which configurations of yours would replace "
+                         "unevenly; use another --strategy (random, asha, median, hyperband, bohb, adaptive or tpe)")
+    if space.grid:
+        raise UsageError(f"{FLAG}: the space's grid={list(space.grid)} runs every grid point num_samples times, which "
+                         "configurations of yours would replace unevenly; drop grid= from the space to give them")
     if len(given) > num_samples:
         raise UsageError(f"{FLAG}: {len(given)} configurations but {num_samples} trials (num_samples): each is one of "
                          f"the trials; raise --num-samples to at least {len(given)}")

@@ -237,7 +237,7 @@ def _main(argv: list[str]) -> int:
             max_concurrent_trials=args.max_concurrent_trials,
             tune_logs=args.tune_logs, worker_logs=args.worker_logs, smoke=args.smoke, time_budget=args.time_budget,
             warm_start=args.warm_start, warm_start_top=args.warm_start_top, mlflow=args.mlflow,
-            points_to_evaluate=points.read(args.points_to_evaluate) if args.points_to_evaluate else None,
+            points_to_evaluate=None if args.points_to_evaluate is None else points.read(args.points_to_evaluate),
             mlflow_experiment=args.mlflow_experiment, argv=argv, **_objective_flags(args))
     print("\n" + result.summary())
     if result.status == "time budget spent":  # the summary says how to go on

@@ -232,8 +232,8 @@ def _warm(space: spaces.Space, record: RunRecord, resume: bool) -> dict:
         return {}
     if not warm:
         return {"warm_points": mine}
-    if record.strategy not in ("bohb", "adaptive"):
-        return {"warm_points": mine + [c for c in warm["configs"] if c not in mine]}
+    if record.strategy not in ("bohb", "adaptive"):  # each one of the num_samples trials, none beyond them
+        return {"warm_points": (mine + [c for c in warm["configs"] if c not in mine])[:record.num_samples]}
     return {"warm_points": mine, "warm_rows": growth.all_rows(growth.earlier_runs(warm["dirs"], space))}
 
 
