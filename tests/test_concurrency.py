@@ -76,10 +76,10 @@ def test_a_resume_starts_no_more_than_its_limit(ray_here, tmp_path, strategy):
     them all at once (two here, on two CPUs), whatever the limit. Those past it are held, and handed
     back as slots free, Hyperband's too (its own choice resumes only the trials its rungs promote)."""
     log = tmp_path / "epochs.log"
+    # Random search makes its four trials at once: however few had run when the budget was spent (on
+    # a loaded machine, none), the resume restores four unfinished trials, two CPUs' worth at least.
     first = tuning.search(space=_space(log, strategy), results_dir=tmp_path / "r", time_budget=3)
     assert first.status == "time budget spent"
-    if strategy == "random":  # two at once before: the resume's limit is what holds them to one
-        assert epochs_at_once(log) == 2
     log.write_text("")
     done = tuning.resume(tmp_path / "r", time_budget=600, max_concurrent_trials=1)
     assert done.status == "finished" and (done.trials["status"] == "TERMINATED").all()
