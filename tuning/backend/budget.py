@@ -53,6 +53,14 @@ class TimeBudget:
             self._save(round(self.used(), 2))
 
 
+def hold_pending(tune_controller, trial: Trial) -> None:
+    """A PENDING trial PAUSED before Tune starts it (it starts every PENDING trial it can by itself,
+    a PAUSED one only when the scheduler chooses it): what both gates hold trials back with."""
+    tune_controller.pause_trial(trial, should_checkpoint=False)  # withdraws an actor asked for
+    if trial.status == Trial.PENDING:  # none was
+        rayinternals.mark_paused(tune_controller, trial)
+
+
 class TimeGate:
     """A scheduler mixin: once the budget is spent, no trial is started or resumed, and a running
     trial is paused at its next result (Tune saves its checkpoint on pause)."""
@@ -65,9 +73,7 @@ class TimeGate:
             # made ahead, up to 200, or a resume restored), each for an epoch before it was paused.
             for trial in tune_controller.get_trials():
                 if trial.status == Trial.PENDING:
-                    tune_controller.pause_trial(trial, should_checkpoint=False)  # withdraws an actor asked for
-                    if trial.status == Trial.PENDING:  # none was
-                        rayinternals.mark_paused(tune_controller, trial)
+                    hold_pending(tune_controller, trial)
             self.budget.held = True
             return None
         return super().choose_trial_to_run(tune_controller, *args, **kwargs)

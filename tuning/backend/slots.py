@@ -22,7 +22,7 @@ from collections import deque
 
 from ray.tune.experiment import Trial
 
-from tuning.backend import rayinternals
+from tuning.backend.budget import hold_pending
 
 BUSY = (Trial.RUNNING, Trial.PENDING)
 
@@ -59,7 +59,6 @@ class SlotGate:
             return None
         return trial
 
-
     def _hold_surplus(self, tune_controller) -> deque:
         """PENDING trials past the limit, PAUSED before Tune starts them (it starts every PENDING one
         it can), in the order they were made; the held ones still waiting. A scheduler that resumes
@@ -72,9 +71,7 @@ class SlotGate:
         if sum(t.status == Trial.PENDING for t in live) > room:
             pending = [t for t in tune_controller.get_trials() if t.status == Trial.PENDING]
             for trial in pending[max(room, 0):]:
-                tune_controller.pause_trial(trial, should_checkpoint=False)  # withdraws an actor asked for
-                if trial.status == Trial.PENDING:  # none was
-                    rayinternals.mark_paused(tune_controller, trial)
+                hold_pending(tune_controller, trial)
                 held.append(trial)
         return held
 
