@@ -58,6 +58,25 @@ def test_a_condition_with_no_values_is_refused_before_bohb_meets_it():
         Space(params={"y": Choice([1, 2]), "x": Uniform(0, 1, when={"y": []})}, trainer="counting_ones")
 
 
+@pytest.mark.parametrize("when", [{"opt": "adam", "momentum": 0.9}, {"momentum": 0.9, "opt": ["adam", "rmsprop"]}])
+def test_nested_conditions_that_contradict_each_other_are_refused(when):
+    # momentum exists only under sgd, so a parameter that needs adam and a momentum was accepted and never active.
+    params = {"opt": Choice(["sgd", "adam", "rmsprop"]), "momentum": Choice([0.0, 0.9], when={"opt": "sgd"}),
+              "nesterov": Choice([False, True], when=when)}
+    with pytest.raises(SpaceError, match=r"parameter 'nesterov': no configuration makes it active \(when=\{"):
+        Space(params=params, trainer="counting_ones")
+    ok = Space(params={**params, "nesterov": Choice([False, True], when={**when, "opt": ["sgd", "adam"]})},
+               trainer="counting_ones")
+    assert conditions.never_active(ok.params) == []
+
+
+def test_conditions_nested_through_an_integer_parent_are_reachable_unless_they_contradict():
+    params = {"a": IntUniform(1, 9), "b": IntUniform(1, 5, when={"a": 1}), "c": Uniform(0, 1, when={"b": 3}),
+              "d": Uniform(0, 1, when={"a": [2, 3]})}
+    assert conditions.never_active(params) == []
+    assert conditions.never_active({**params, "e": Uniform(0, 1, when={"a": 2, "b": 3})}) == ["e"]
+
+
 @pytest.mark.parametrize("values", [np.int64(2), range(2, 4), np.arange(2, 4), [np.int64(2)]])
 def test_numpy_integers_and_ranges_name_a_parents_values(values):
     # np.int64(2) was refused as "a value 'n' cannot take: use one of integers 1..3".

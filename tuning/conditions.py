@@ -11,6 +11,7 @@ rest. No Ray, no ConfigSpace here.
 from __future__ import annotations
 
 import itertools
+import math
 from typing import Callable, Iterator
 
 DISCRETE = ("Choice", "IntUniform", "IntLogUniform")  # types a condition can test for equality
@@ -65,7 +66,28 @@ def problem(params: dict, fixed: dict, contains: Callable) -> str | None:
     if cycle:
         return (f"parameter {cycle[0]!r}: its conditions form a cycle ({' -> '.join(cycle)}): "
                 "one of them must not depend on the others")
+    dead = never_active(params)
+    if dead:
+        when = {k: v[0] if len(v) == 1 else list(v) for k, v in params[dead[0]].when.items()}
+        return (f"parameter {dead[0]!r}: no configuration makes it active (when={when!r} "
+                f"cannot hold while its parents' own conditions do): fix its when= or drop it")
     return None
+
+
+def never_active(params: dict, most: int = 100_000) -> list[str]:
+    """Parameters active in no configuration (nested conditions that contradict each other), in
+    declaration order. Conditions test equality, and an inactive parent makes nothing active, so
+    each parent need take only the values some condition names; past `most` such combinations,
+    none is reported."""
+    named: dict[str, list] = {}  # lists, not sets: a Choice's values need not be hashable
+    for p in params.values():
+        for parent, values in (p.when or {}).items():
+            seen = named.setdefault(parent, [])
+            seen.extend(v for v in values if v not in seen)
+    if not named or math.prod(map(len, named.values())) > most:
+        return []
+    on = set().union(*(active(params, c) for c in grid({k: params[k] for k in named}, named)))
+    return [k for k in params if k not in on]
 
 
 def _cycle(graph: dict[str, tuple[str, ...]]) -> list[str] | None:
