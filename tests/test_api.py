@@ -193,13 +193,14 @@ def test_a_trainer_with_the_wrong_signature(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("keywords, says", [
-    ({"num_samples": 2.5}, "--num-samples must be a whole number, got 2.5"),
-    ({"num_samples": "4"}, "--num-samples must be a whole number, got '4'"),
-    ({"max_epochs": 0}, "--max-epochs must be at least 1, got 0"),
-    ({"seed": 1.5}, "--seed must be a whole number"),
+    ({"num_samples": 2.5}, "num_samples must be a whole number, got 2.5"),
+    ({"num_samples": "4"}, "num_samples must be a whole number, got '4'"),
+    ({"max_epochs": 0}, "max_epochs must be at least 1, got 0"),
+    ({"seed": 1.5}, "seed must be a whole number"),
 ])
 def test_counts_from_python_are_whole_numbers_as_the_flags_take_them(tmp_path, keywords, says):
-    """2.5 trials reached Tune, which raised its own TuneError after the results dir was made."""
+    """2.5 trials reached Tune, which raised its own TuneError after the results dir was made. The
+    line names the keyword the caller gave (it named the command's flag, --num-samples)."""
     with pytest.raises(tuning.TuningError, match=says):
         tuning.search(None, score_space(), strategy="random", results_dir=tmp_path / "r", **keywords)
     assert not (tmp_path / "r").exists()
@@ -229,14 +230,14 @@ def test_a_refusal_after_ray_started_leaves_no_ray_running():
     with tempfile.TemporaryDirectory() as here:
         out = subprocess.run([sys.executable, "-c", code], cwd=here, capture_output=True, text=True, timeout=240,
                              env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert "refused: --cpus-per-trial 999 is more than" in out.stdout, out.stderr[-2000:]
+    assert "refused: cpus_per_trial 999 is more than" in out.stdout, out.stderr[-2000:]
     assert "ray running: False" in out.stdout
 
 
 def test_adding_trials_from_python_takes_a_whole_number(tmp_path):
     """A resume with add_samples=1.5 added two trials and recorded 8.5 planned; 0 was told to pass
     add_samples, which it had."""
-    for more, says in ((1.5, "--add-samples must be a whole number, got 1.5"), (0, "--add-samples must be at least 1")):
+    for more, says in ((1.5, "add_samples must be a whole number, got 1.5"), (0, "add_samples must be at least 1")):
         with pytest.raises(tuning.TuningError, match=says):
             tuning.resume(tmp_path / "nothing_here", add_samples=more)
 

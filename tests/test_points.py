@@ -62,7 +62,8 @@ def test_they_run_before_a_warm_starts_configurations(ray_here, tmp_path):
     ([{**MINE[1], "shape": [5, 6]}], "shape=[5, 6] is outside its declaration Choice("),
     ([{**MINE[1], "momentum": 0.9}], "sets momentum, which the space does not search"),
     (MINE[0], "give a list of configurations, each a dict of parameter values"),
-    (MINE * 4, "8 configurations but 6 trials (num_samples): each is one of the trials; raise --num-samples"),
+    (MINE * 4, "8 configurations but 6 trials (num_samples): each is one of the trials; raise num_samples "),
+    ([{**MINE[1], "lr": "0.01"}], "lr='0.01' is not a number, which Uniform(0.0, 1.0) takes: write lr=0.01"),
 ])
 def test_a_configuration_that_does_not_fit_the_space_is_refused(tmp_path, given, needle):
     with pytest.raises(tuning.TuningError) as err:

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Callable, Union
 
-from tuning import inputs, objectives as objective_rules, points, record as records, spacejson, spaces
+from tuning import cli, inputs, objectives as objective_rules, points, record as records, spacejson, spaces
 from tuning import tracking_store
 from tuning.cli import UsageError
 
@@ -42,6 +42,7 @@ def smoke_sizes(strategy: str) -> dict:
     return SMOKE_HYPERBAND if strategy in ("bohb", "adaptive", "hyperband", "tpe") else SMOKE
 
 
+@cli.in_keywords
 def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space, str, None] = None, *,
            strategy: str | None = None, num_samples: int | None = None, max_epochs: int | None = None,
            seed: int | None = None, cpus_per_trial: float | None = None, gpus_per_trial: float | None = None,
@@ -150,6 +151,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         lock.release()
 
 
+@cli.in_keywords
 def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budget: float | str | None = None,
            address: str | None = None, worker_logs: bool = False, trainer: Union[Callable, str, None] = None,
            mlflow: str | bool | None = None, mlflow_experiment: str | None = None,

@@ -5,7 +5,10 @@ commands do (library code leaves logging as its caller set it)."""
 
 import argparse
 import contextlib
+import contextvars
+import functools
 import importlib
+import inspect
 import logging
 import math
 import re
@@ -28,6 +31,41 @@ class TuningError(Exception):
 
 class UsageError(TuningError):
     """A flag or an argument that makes no sense."""
+
+
+# The checks behind tuning.search() and tuning.run are the same, and their lines name flags; a caller in
+# Python reads them with its own keywords (--max-concurrent-trials: max_concurrent_trials).
+_SPEAKING_FLAGS = contextvars.ContextVar("tuning_speaking_flags", default=False)
+
+
+@contextlib.contextmanager
+def speaking_flags():
+    """Within it (the commands), refusals name flags as the user typed them."""
+    token = _SPEAKING_FLAGS.set(True)
+    try:
+        yield
+    finally:
+        _SPEAKING_FLAGS.reset(token)
+
+
+def in_keywords(fn):
+    """`fn`'s refusals, outside speaking_flags(), with each --flag that is one of its keywords named as
+    the keyword."""
+    names = set(inspect.signature(fn).parameters)
+
+    def keyword(match):
+        name = match.group(1).replace("-", "_")
+        return name if name in names else match.group(0)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UsageError as exc:
+            if not _SPEAKING_FLAGS.get() and exc.args and isinstance(exc.args[0], str):
+                exc.args = (re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", keyword, exc.args[0]),) + exc.args[1:]
+            raise
+    return wrapper
 
 
 class Parser(argparse.ArgumentParser):

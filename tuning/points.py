@@ -8,6 +8,7 @@ models learn from their results like any other). Checked against the space befor
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 from tuning import conditions, params as param_types, spaces
@@ -82,6 +83,9 @@ def _one(space: spaces.Space, point: dict, i: int) -> dict:
         if name not in point:
             continue
         p, value = space.params[name], point[name]
+        if not isinstance(p, param_types.Choice) and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            raise UsageError(f"{where}: {name}={value!r} is not a number, which {_declared(p)} takes"
+                             + (f": write {name}={value}" if _numeric(value) else ""))
         if not param_types.contains(p, value):
             raise UsageError(f"{where}: {name}={value!r} is outside its declaration {_declared(p)}")
         if isinstance(p, param_types.Choice):
@@ -90,6 +94,13 @@ def _one(space: spaces.Space, point: dict, i: int) -> dict:
             value = int(value)
         out[name] = value
     return out
+
+
+def _numeric(value) -> bool:
+    try:
+        return isinstance(value, str) and math.isfinite(float(value))
+    except ValueError:
+        return False
 
 
 def _declared(p) -> str:

@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     _progress_to_stdout()
     tracking_store.quiet_logs()
     argv = sys.argv[1:] if argv is None else list(argv)
-    with cli.sigterm_stops_like_ctrl_c():
+    with cli.sigterm_stops_like_ctrl_c(), cli.speaking_flags():
         try:
             return _main(argv)
         except TuningError as exc:
