@@ -12,7 +12,7 @@ import pytest
 
 from cli_helpers import refused
 from conftest import ROOT
-from tuning import spaces
+from tuning import cli, spaces
 from tuning.compare import peers, runner as compare
 from tuning.report import analysis
 
@@ -272,6 +272,100 @@ def test_an_experiment_over_several_objectives_without_a_reference_point_is_refu
     refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(tmp_path / "out")],
             "need a reference point", "one value per objective (loss (min), latency_ms (min))")
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
+
+
+ONE_METRIC = {"space": "'counting_ones'", "budget": "2", "strategies": "('random', 'asha')", "peers": "()"}
+TWO_GOALS = ("from tuning import Space, Uniform\n"
+             "SPACE = Space(params={'x': Uniform(0.0, 1.0), 'y': Uniform(0.0, 1.0)}, trainer='user_trainers:tradeoff',\n"
+             "              strategy='random', objectives={'loss': 'min', 'latency_ms': 'min'}, gpus_per_trial=0)\n")
+
+
+@pytest.mark.parametrize("fields, needle", [  # each once a traceback, a run that went wrong midway, or ignored
+    ("seeds=2", "seeds=2: give a tuple, e.g. seeds=(0, 1)"),
+    ("strategies='random'", "strategies='random': give a tuple"),  # was "strategy 'r' unknown"
+    ("seeds=(-1, 0)", "seeds=(-1, 0): give one or more whole numbers of 0 or more (-1 is not)"),
+    ("seeds=(0, 0)", "seeds names 0 twice"),  # ran seed 0 twice and reported every row twice
+    ("budget='4'", "budget='4': give the full evaluations per strategy run as a positive number"),
+    ("max_epochs=0", "max_epochs=0: give a whole number of 1 or more"),  # was ignored
+    ("reference='bohb'", "reference='bohb' is not one of its strategies or peers (random, asha)"),
+    ("reference_point=(1, 2)", "reference_point= is for hypervolume over several objectives"),
+    ("warm_from={'budget': 1}, seeds=(0,)", "a '+warm' strategy needs warm_from="),  # a KeyError after a run
+])
+def test_an_experiment_field_of_the_wrong_kind_is_one_line_before_anything_runs(capsys, tmp_path, fields, needle):
+    given = {**ONE_METRIC, **dict(f.split("=", 1) for f in fields.replace(", seeds", "; seeds").split("; "))}
+    if "warm_from" in fields:
+        given["strategies"] = "('random', 'asha+warm')"
+    body = ", ".join(f"{k}={v}" for k, v in given.items())
+    (tmp_path / "exp.py").write_text(f"from tuning.compare import Experiment\nEXPERIMENT = Experiment({body})\n")
+    refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(tmp_path / "out")], needle)
+    assert not (tmp_path / "out").exists()
+
+
+def test_experiment_fields_as_a_space_takes_them_or_read_from_the_experiments_folder(tmp_path, monkeypatch):
+    from tuning.compare.experiment import load_experiment
+
+    (tmp_path / "two_goals.py").write_text(TWO_GOALS)
+    (tmp_path / "exp.py").write_text(  # the space beside the experiment; a reference point by objective
+        "from tuning.compare import Experiment\n"
+        "EXPERIMENT = Experiment(space='two_goals.py', budget=2, seeds=range(2),"
+        " reference_point={'latency_ms': 9.0, 'loss': 2.0})\n")
+    monkeypatch.chdir(ROOT)
+    _, exp = load_experiment(str(tmp_path / "exp"))
+    assert exp.space == str(tmp_path / "two_goals.py") and exp.seeds == (0, 1)
+    assert exp.reference_point == (2.0, 9.0)  # in the objectives' order
+    assert "median" not in exp.strategies and "asha" in exp.strategies  # the default's, less the one-metric rule
+    (tmp_path / "exp.py").write_text("from tuning.compare import Experiment\n"
+                                     "EXPERIMENT = Experiment(space='two_goals.py', budget=2, strategies=('random', "
+                                     "'median'), reference_point=(2.0, 9.0))\n")
+    with pytest.raises(cli.UsageError, match="strategy 'median' ranks trials by one metric"):
+        load_experiment(str(tmp_path / "exp"))
+
+
+def test_an_out_folder_holding_other_files_or_a_peer_that_cannot_run_is_refused(capsys, tmp_path):
+    """--out into a tuning.run results folder overwrote its report.html; --strategies optuna_tpe on a
+    trainer peers cannot run was a traceback (No objects to concatenate)."""
+    (tmp_path / "exp.py").write_text("from tuning.compare import Experiment\nEXPERIMENT = "
+                                     f"Experiment(space={str(tmp_path / 'two_goals.py')!r}, budget=2, "
+                                     "strategies=('random',), reference_point=(2.0, 9.0))\n")
+    (tmp_path / "two_goals.py").write_text(TWO_GOALS)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "report.html").write_text("the run's own")
+    refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(run_dir)],
+            "already holds other files (report.html) and no comparison: give a new or empty folder")
+    assert (run_dir / "report.html").read_text() == "the run's own"
+    refused(capsys, compare.main, [str(tmp_path / "exp"), "--strategies", "optuna_motpe", "--out", str(tmp_path / "o")],
+            "'optuna_motpe' is a peer, and not run for this trainer", "strategies are random")
+    # A folder of the same comparison under other objectives is another comparison.
+    out = tmp_path / "o"
+    out.mkdir()
+    space = spaces.load(str(tmp_path / "two_goals.py"))
+    exp = compare.Experiment(space=str(tmp_path / "two_goals.py"), budget=2, seeds=(0,), strategies=("random",),
+                             reference_point=(2.0, 9.0))
+    other = space.replace(objectives={"loss": "min", "latency_ms": "max"})
+    compare.write_records(out, "x", exp, other, None, smoke=False, budget=2, max_t=other.max_epochs, seeds=[0],
+                          argv=["x"])
+    refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(out)], "holds the runs of another comparison",
+            "objectives {'loss': 'min', 'latency_ms': 'max'} there")
+
+
+def test_a_metric_never_reported_or_trials_that_all_fail_are_refused_and_not_kept(capsys, tmp_path, ray_here):
+    """Both were kept as finished runs: stand-in values of 1e6 reported as results (exit 0), or an
+    empty table that no later invocation ran again."""
+    for trainer, metric, needle in (("user_trainers:loss_only", "score", "the trainer reported no 'score'"),
+                                    ("user_trainers:raises", "loss", "no trial reported a result (")):
+        (tmp_path / "s.py").write_text("from tuning import Space, LogUniform\n"
+                                       f"SPACE = Space(params={{'lr': LogUniform(1e-3, 1.0)}}, trainer={trainer!r}, "
+                                       f"metric={metric!r}, max_epochs=2, gpus_per_trial=0)\n")
+        (tmp_path / "exp.py").write_text("from tuning.compare import Experiment\nEXPERIMENT = Experiment("
+                                         f"space={str(tmp_path / 's.py')!r}, budget=1, seeds=(0,), "
+                                         "strategies=('random',), peers=())\n")
+        out = tmp_path / trainer.split(":")[1]
+        capsys.readouterr()
+        assert compare.main([str(tmp_path / "exp"), "--out", str(out)]) == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]  # above it, Tune's own lines on the failed trials
+        assert line.startswith("tuning.compare: error: random-s0: " + needle), line
+        assert line.endswith("run the same command again") and not (out / "runs" / "random-s0.csv").exists()
 
 
 @pytest.mark.slow  # minutes: make test-all

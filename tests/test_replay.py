@@ -139,14 +139,14 @@ def test_more_epochs_than_recorded_are_refused_before_anything_is_written(capsys
         trainables.trainable(spec)
 
 
-def _tiny_run(folder, *, status="finished", epochs=True):
+def _tiny_run(folder, *, status="finished", epochs=True, declaration=None):
     """A recorded run of a user's trainer, made by hand: a Uniform, an IntUniform and a Choice of
     strings, a metric to maximise, 3 configurations x 2 epochs."""
     folder.mkdir()
     params = {"x": spaces.Uniform(0.0, 1.0), "n": spaces.IntUniform(1, 3), "kind": spaces.Choice(["a", "b"])}
     record.RunRecord(space="tiny", strategy="random", seed=0, num_samples=3, max_epochs=2, trainer="mine:train",
                      metric="score", mode="max", params=spacejson.declarations(params), status=status,
-                     resources_per_trial={"cpu": 2, "gpu": 0}).write(folder)
+                     resources_per_trial={"cpu": 2, "gpu": 0}, declaration=declaration or {}).write(folder)
     if epochs:
         rows = [{"trial_id": tid, "x": x, "n": n, "kind": k, "training_iteration": t, "epoch": t,
                  "score": x * t + n, "time_this_iter_s": 10.0 * t, "timestamp": 1000 + 10 * t}
@@ -184,6 +184,8 @@ def test_the_trainer_form_in_a_space_knows_the_recorded_metrics():
     ("garbage", "lacks the columns"),
     ("both", "one of the two"),
     ("neither", "one of the two"),
+    # replayed by its first objective alone, infeasible trials counted as its best (exit 0)
+    ("several", "has objectives and constraints ("),
 ])
 def test_a_bad_replay_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, case, needle):
     folder = tmp_path / "run"
@@ -191,6 +193,8 @@ def test_a_bad_replay_is_one_line_exit_2_and_writes_nothing(capsys, tmp_path, ca
         folder.mkdir()
     elif case == "unfinished":
         _tiny_run(folder, status="running", epochs=False)
+    elif case == "several":
+        _tiny_run(folder, declaration={"objectives": {"score": "max", "n": "min"}, "constraints": {"x": ["<=", 0.5]}})
     elif case == "garbage":
         _tiny_run(folder)
         (folder / "epochs.csv").write_text("a,b\n1,2\n")

@@ -65,17 +65,26 @@ def load_experiment(path: str) -> tuple[str, Experiment]:
     exp = getattr(module, "EXPERIMENT", None)
     if not isinstance(exp, Experiment):
         raise UsageError(f"{file} defines no EXPERIMENT = Experiment(...)")
+    exp = _checked_fields(exp, file)
     unknown = [s for s in exp.strategies if s.removesuffix("+warm") not in spaces.STRATEGIES]
     if unknown:
         raise UsageError(f"{file}: strategy {unknown[0]!r} unknown: use any of {', '.join(spaces.STRATEGIES)}"
                          " (or one of them + '+warm', with warm_from)")
-    if any(s.endswith("+warm") for s in exp.strategies) and not exp.warm_from:
-        raise UsageError(f"{file}: a '+warm' strategy needs warm_from={{'strategy': ..., 'budget': ...}}")
+    if any(s.endswith("+warm") for s in exp.strategies):
+        warm = exp.warm_from if isinstance(exp.warm_from, dict) else {}
+        if warm.get("strategy") not in spaces.STRATEGIES or not _positive(warm.get("budget")):
+            raise UsageError(f"{file}: a '+warm' strategy needs warm_from={{'strategy': ..., 'budget': ...}}: a "
+                             f"strategy of {', '.join(spaces.STRATEGIES)} and a positive budget, got {exp.warm_from!r}")
     try:
         space, _ = space_of(exp.space)
     except cli.TuningError as exc:  # an unknown space, a folder that is not a finished run
         raise UsageError(f"{file}: space/benchmark {exp.space!r}: {exc}") from None
     multi = objectives.multi(space)
+    if multi and "median" in exp.strategies:  # the median rule ranks by one metric (tuning.run refuses it too)
+        if exp.strategies != spaces.STRATEGIES:
+            raise UsageError(f"{file}: strategy 'median' ranks trials by one metric, and this space has several "
+                             "objectives or constraints: drop it from strategies= (asha is MO-ASHA)")
+        exp = dataclasses.replace(exp, strategies=tuple(s for s in exp.strategies if s != "median"))
     exp = dataclasses.replace(exp, peers=peers.declared(exp.peers, space))
     known = peers.MO_PEERS if multi else peers.PEERS
     unknown = [p for p in exp.peers if p not in known]
@@ -83,6 +92,15 @@ def load_experiment(path: str) -> tuple[str, Experiment]:
         raise UsageError(f"{file}: peer {unknown[0]!r} unknown for a space of "
                          f"{'several objectives' if multi else 'one metric'}: use any of {', '.join(known)}"
                          " (or peers=() for none)")
+    if exp.reference not in (*exp.strategies, *exp.peers):
+        raise UsageError(f"{file}: reference={exp.reference!r} is not one of its strategies or peers "
+                         f"({', '.join((*exp.strategies, *exp.peers))}): the report compares every row against it")
+    if exp.reference_point is not None and not multi:
+        raise UsageError(f"{file}: reference_point= is for hypervolume over several objectives, and {exp.space} "
+                         f"optimises one metric ({space.metric}): drop it")
+    if multi and isinstance(exp.reference_point, dict) and not exp.tasks and \
+            set(exp.reference_point) == set(objectives.of(space)):  # by objective, as Space takes it
+        exp = dataclasses.replace(exp, reference_point=tuple(exp.reference_point[k] for k in objectives.of(space)))
     if multi:  # hypervolume against the declared reference point, per task where there are tasks
         for task in exp.tasks or (None,):
             try:
@@ -90,10 +108,48 @@ def load_experiment(path: str) -> tuple[str, Experiment]:
                                           f"{file}" + (f", task {task}" if task else ""))
             except ValueError as exc:
                 raise UsageError(str(exc)) from None
-    if not exp.seeds or exp.budget <= 0:
-        raise UsageError(f"{file}: an experiment needs at least one seed and a positive budget")
     check_tasks(exp.tasks, f"{file}: tasks")
     return file.stem, exp
+
+
+def _positive(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _checked_fields(exp: Experiment, file: Path) -> Experiment:
+    """The fields' types and values, each wrong one in one line before anything runs; seeds as a
+    tuple of ints, a space file relative to the experiment's folder where it is not to this one's."""
+    if not isinstance(exp.space, str):
+        raise UsageError(f"{file}: space= takes a space's name or the path of a .py file that defines SPACE = "
+                         f"Space(...), as tuning.run --space does, got a {type(exp.space).__name__}")
+    if not _positive(exp.budget):
+        raise UsageError(f"{file}: budget={exp.budget!r}: give the full evaluations per strategy run as a positive "
+                         "number, e.g. budget=20")
+    for name in ("strategies", "seeds", "tasks", "peers"):
+        value = getattr(exp, name)
+        if isinstance(value, (str, int)) or not hasattr(value, "__iter__"):
+            raise UsageError(f"{file}: {name}={value!r}: give a tuple, e.g. "
+                             + {"strategies": "strategies=('random', 'asha')", "seeds": "seeds=(0, 1) or "
+                                "tuple(range(10))", "tasks": "tasks=('lcbench_3945',)", "peers": "peers=()"}[name])
+    seeds = tuple(exp.seeds)
+    bad = [s for s in seeds if not spaces.whole(s) or s < 0]
+    if not seeds or bad:
+        raise UsageError(f"{file}: seeds={exp.seeds!r}: give one or more whole numbers of 0 or more"
+                         + (f" ({bad[0]!r} is not)" if bad else ""))
+    for name in ("seeds", "strategies"):
+        values = list(seeds if name == "seeds" else exp.strategies)
+        twice = next((v for i, v in enumerate(values) if v in values[:i]), None)
+        if twice is not None:  # each run is one file named by strategy and seed: it would be counted twice
+            raise UsageError(f"{file}: {name} names {twice!r} twice: list each once")
+    if exp.max_epochs is not None and (not spaces.whole(exp.max_epochs) or exp.max_epochs < 1):
+        raise UsageError(f"{file}: max_epochs={exp.max_epochs!r}: give a whole number of 1 or more, or leave it "
+                         "out for the space's own")
+    space = exp.space
+    if space.endswith(".py") and not Path(space).is_absolute() and not Path(space).is_file() and \
+            (file.parent / space).is_file():
+        space = str((file.parent / space).resolve())
+    return dataclasses.replace(exp, space=space, seeds=tuple(int(s) for s in seeds), strategies=tuple(exp.strategies),
+                               tasks=tuple(exp.tasks), peers=tuple(exp.peers))
 
 
 def reference_of(exp: Experiment, task: str | None, space: spaces.Space):

@@ -95,6 +95,12 @@ def _record(folder: str, what: str) -> tuple[records.RunRecord, dict, pd.DataFra
         raise ReplayError(f"{what}: {folder} has no epochs.csv (the run is {rec.status!r}); a run writes its tables "
                           f"when it ends: replay a finished run, or finish this one with python -m tuning.run "
                           f"--resume {folder}")
+    several = {k: v for k, v in ((k, rec.declaration.get(k)) for k in ("objectives", "constraints"))
+               if v and (k == "constraints" or len(v) > 1)}
+    if several:  # its curves replayed by one metric would rank trials the run itself did not (infeasible ones first)
+        raise ReplayError(f"{what}: the run in {folder} has {' and '.join(several)} "
+                          f"({'; '.join(f'{k} {v}' for k, v in several.items())}): a replay compares strategies by "
+                          "one metric without constraints, so it cannot replay this run")
     decls = records.declarations(rec)
     if not decls:
         raise ReplayError(f"{what}: {folder}/run.json declares no parameters: it was written before runs "

@@ -85,14 +85,25 @@ def _check_out(out: Path, exp: Experiment, space: spaces.Space, *, max_t: int, b
         raise UsageError(f"parameter {clash[0]!r} has the name of a column runs.csv has for every result: name it "
                          f"otherwise in the space and the trainer (e.g. {clash[0]}_fn) to compare it")
     before = out / "experiment.json"
+    if out.is_dir() and not before.is_file() and not (out / "runs").is_dir() and any(out.iterdir()):
+        # A comparison writes its report, runs.csv and the rest there: another run's would be overwritten.
+        raise UsageError(f"--out {out} already holds other files ({', '.join(sorted(p.name for p in out.iterdir())[:4])}"
+                         f"{', ...' if len(list(out.iterdir())) > 4 else ''}) and no comparison: give a new or empty "
+                         "folder")
     if before.is_file():
         try:
             old = results.read_json(before)
         except results.ReadError as exc:
             raise UsageError(f"--out {out}: {exc}: give another --out") from None
         now = {"space": provenance.portable(exp.space), "metric": space.metric, "mode": space.mode,
-               "params": list(space.params), "max_t": max_t, "budget": budget, "smoke": smoke}
-        differ = [f"{k} {old[k]!r} there, {v!r} now" for k, v in now.items() if k in old and old[k] != v]
+               "params": list(space.params), "max_t": max_t, "budget": budget, "smoke": smoke,
+               # as experiment.json holds them (JSON): a run of other objectives or bounds is another comparison
+               **json.loads(json.dumps({"objectives": objectives.of(space), "constraints": space.constraints},
+                                       default=results.plain_json))}
+        # A space file by its name: the path recorded is relative to wherever the comparison ran from.
+        same = {"space": lambda a, b: a == b or (str(a).endswith(".py") and Path(a).name == Path(b).name)}
+        differ = [f"{k} {old[k]!r} there, {v!r} now" for k, v in now.items()
+                  if k in old and not same.get(k, lambda a, b: a == b)(old[k], v)]
         if differ:
             raise UsageError(f"--out {out} holds the runs of another comparison ({'; '.join(differ)}): give another "
                              "--out, or the same settings to go on with it")
@@ -290,9 +301,18 @@ def _one_run(*, space, strategy, seed, max_t, budget, source, run_dir: Path, smo
         max_val=api.SMOKE["max_val"] if smoke else None,
         budget_iterations=int(round(budget * max_t)), progress=False, snapshot_every_step=False, callbacks=[rec],
         storage_path=storage_path, warm_rows=warm_rows or [], warm_points=warm_points or [])
-    _, interrupted = backend.run(spec)
+    trials, interrupted = backend.run(spec)
     if interrupted:  # a partial run must not be kept as finished
         raise KeyboardInterrupt
+    # Neither is kept as a finished run: its stand-in values or its empty table would be compared.
+    wrong = next((r[results.METRIC_ERROR] for r in rec.rows if r.get(results.METRIC_ERROR)), None)
+    if wrong:
+        raise UsageError(f"{run_dir.name}: {wrong}; then run the same command again")
+    if not rec.rows:
+        failed = [t for t in trials if t.status == "ERROR"]
+        raise UsageError(f"{run_dir.name}: no trial reported a result ({len(failed)} of {len(trials)} failed"
+                         + (f", the first with {failed[0].error}" if failed and failed[0].error else "")
+                         + f"; their tracebacks are under {run_dir}): fix the trainer, then run the same command again")
     return rec.rows
 
 
@@ -338,10 +358,15 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError("give an experiment (e.g. experiments/counting_ones) or --replay RESULTS_DIR, "
                                  "one of the two")
             name, exp = load_experiment(args.experiment) if args.replay is None else replay_experiment(args.replay)
-            out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}")
+            out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}").expanduser()
             track = tracking_store.check(args.mlflow, args.mlflow_experiment, f"compare-{name}", out.absolute())
             if args.strategies:
-                declared = (*exp.strategies, *exp.peers)
+                runnable = exp.peers if exp.tasks or peers.supported(space_of(exp.space)[0]) else ()
+                declared = (*exp.strategies, *runnable)
+                if set(args.strategies) & (set(exp.peers) - set(runnable)):
+                    raise UsageError(f"--strategies: {sorted(set(args.strategies) & set(exp.peers))[0]!r} is a peer, "
+                                     f"and {peers.NOT_RUN.removeprefix('peers: ')}; this experiment's strategies are "
+                                     f"{', '.join(exp.strategies)}")
                 if not set(args.strategies) <= set(declared):
                     raise UsageError(f"--strategies: {sorted(set(args.strategies) - set(declared))[0]!r} is not one of "
                                      f"the experiment's strategies or peers ({', '.join(declared)})")
