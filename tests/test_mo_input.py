@@ -64,6 +64,10 @@ CASES = {
         ["counting_ones", "--objective", "loss:min", "--objective", "energy_j:min"],
         dict(space="counting_ones", objectives={"loss": "min", "energy_j": "min"}),
         "objective 'energy_j' is never reported by the counting_ones trainer: use one of loss"),
+    "objective_never_reported_by_a_multi_objective_benchmark": (  # once a run, then exit 2 with results written
+        ["zdt", "--objective", "f1:min", "--objective", "f3:min"],
+        dict(space="zdt", objectives={"f1": "min", "f3": "min"}),
+        "objective 'f3' is never reported by the tuning.mobench:zdt1 trainer: use one of f1, f2"),
     "modes_not_matching_objectives": (
         ["{file}"], dict(space="{file}", body=MISMATCHED_MODES),
         "names 2 objectives but mode=['max'] has 1: give one 'min' or 'max' per metric"),

@@ -187,6 +187,10 @@ def trainer_metrics(trainer) -> set[str] | None:
             return set(record.reported_metrics(Path(trainer[len("replay:"):]), f"trainer {trainer}"))
         except TuningError as exc:
             raise SpaceError(str(exc)) from None
+    from tuning.compare import mobench
+
+    if mobench.name_of(trainer):  # a multi-objective benchmark (tuning.mobench:zdt1)
+        return mobench.MO_BENCHMARKS[mobench.name_of(trainer)].reports
     if ":" in trainer:
         module, _, function = trainer.partition(":")
         try:

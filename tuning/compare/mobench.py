@@ -58,6 +58,11 @@ class MOBenchmark:
     reference: tuple | None  # the point its experiments declare (None until made: python -m tuning.compare.mobench)
     true_hypervolume: float | None  # of the true front against `reference`, where it is known
     dims: int
+    others: tuple = ()  # what it reports beside its objectives (and the epoch)
+
+    @property
+    def reports(self) -> set[str]:
+        return {*self.objectives, *self.others}
 
 
 # ---------------------------------------------------------------- ZDT
@@ -124,7 +129,7 @@ def _registry() -> dict[str, MOBenchmark]:
     for task in realbench.LCBENCH_TASKS:
         name = f"mo_lcbench_{task}"
         out[name] = MOBenchmark(functools.partial(lcbench, task=task), {"accuracy": "max", "time_s": "min"},
-                                _point(refs.get(name, {}).get("reference")), None, 7)
+                                _point(refs.get(name, {}).get("reference")), None, 7, ("loss",))
     for family, prefix, datasets, dims in (("hpobench", "mo_hpobench", realbench.HPOBENCH_DATASETS, 5),
                                            ("hpolib", "mo_fcnet", realbench.FCNET_DATASETS, 9)):
         for d in datasets:
