@@ -80,6 +80,8 @@ def test_several_objectives_name_the_first_as_the_metric_and_survive_run_json():
     (dict(objectives=TWO, metric="accuracy"), "the first objective is the space's metric"),
     (dict(objectives=TWO, mode="max"), "each objective's direction is in objectives="),
     (dict(objectives=TWO, metric=["loss", "latency_ms"], mode=["min", "min"]), "declare them once"),
+    # was "metric='loss' names one metric: declare objectives=", of a metric never given, objectives given
+    (dict(objectives=TWO, mode=["min", "min"]), "mode=['min', 'min'] and objectives= both give directions"),
     (dict(constraints={"peak_mem_gb": ("<", 4)}), "use '<=' or '>='"),
     (dict(constraints={"peak_mem_gb": 4}), "give it as ('<=', bound)"),
     (dict(constraints={"peak_mem_gb": ("<=", "four")}), "the bound must be a finite number"),
@@ -167,7 +169,7 @@ def test_the_median_rule_refuses_and_says_why(tmp_path):
     with pytest.raises(TuningError) as err:
         tuning.search(None, tradeoff_space(), strategy="median", results_dir=folder)
     assert "strategy median with several objectives" in str(err.value)
-    assert "no median that orders trials" in str(err.value) and "use --strategy asha" in str(err.value)
+    assert "no median that orders trials" in str(err.value) and "use strategy asha" in str(err.value)
     assert not folder.exists()
     assert [s for s in spaces.STRATEGIES if objectives.strategy_refusal(tradeoff_space(), s)] == ["median"]
     one = objectives.strategy_refusal(tradeoff_space(objectives=None, metric="loss"), "median")

@@ -70,6 +70,9 @@ def declare(metric, mode, objectives, constraints) -> tuple[str, str, dict | Non
             raise ValueError(f"metric={list(metric)!r} names a metric twice: name each objective once")
         objectives, metric, mode = dict(zip(metric, mode)), None, None
     elif isinstance(mode, (list, tuple)):
+        if objectives is not None:  # metric is then the default 'loss', which the user never wrote
+            raise ValueError(f"mode={list(mode)!r} and objectives= both give directions: objectives= says each "
+                             "objective's, so drop mode=")
         raise ValueError(f"mode={list(mode)!r} gives several directions but metric={metric!r} names one metric: "
                          "declare objectives={'loss': 'min', 'latency_ms': 'min'} for several")
     elif not isinstance(metric, str) or not metric:
