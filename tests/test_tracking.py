@@ -2,6 +2,7 @@
 as one parent run with a child per trial, read back through MLflow's client; a driver SIGKILLed
 and resumed; the server stopped mid-run; a comparison; and the bad input refused in one line."""
 
+import importlib.util
 import json
 import os
 import signal
@@ -193,6 +194,34 @@ def test_mlflow_alone_logs_to_sqlite_in_the_results_dir_and_add_samples_continue
     assert parents[0].data.tags["extensions"] == "1"
 
 
+def test_tags_say_what_the_last_segment_found_and_a_store_that_cannot_be_opened_loses_no_trial(ray_here, tmp_path):
+    """A finished child was tagged failure=nan beside a failed one; a resume whose best reached the full
+    budget kept the first segment's best_note; a resume whose SQLite store was no database raised as
+    the client was made, after run.json counted the trials it added, which then never ran."""
+    pytest.importorskip("mlflow")
+    folder = tmp_path / "r"
+    space = tuning.Space(name="tags", params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:slow_unless_it_fails",
+                         metric="loss", strategy="random", max_epochs=150, num_samples=2, gpus_per_trial=0)
+    first = tuning.search(None, space, points_to_evaluate=[{"lr": 0.9}, {"lr": 0.1}], max_failures=0,
+                          time_budget="5s", results_dir=folder, mlflow=True)  # 15 s of epochs: none ends
+    assert first.status == "time budget spent" and first.best.note
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    assert "best_note" in _runs(uri, space.name)[0][0].data.tags
+    done = tuning.resume(folder, time_budget="10m")
+    assert done.status == "finished" and not done.best.note
+    (parent,), children = _runs(uri, space.name)
+    assert "best_note" not in parent.data.tags
+    tags = {k.data.tags["trial_id"]: k.data.tags for k in children[parent.info.run_id]}
+    failed = set(done.trials.loc[done.trials["status"] == "ERROR", "trial_id"])
+    assert len(failed) == 1 and len(tags) == 2
+    assert all(("failure" in t) == (tid in failed) for tid, t in tags.items()), tags
+
+    (folder / "mlflow.db").write_text("not a database")
+    more = tuning.resume(folder, add_samples=1)
+    assert more.status == "finished" and len(more.trials) == 3
+    assert "MLflow logging failed" in more.summary()
+
+
 def test_a_run_cut_short_logs_no_child_run_for_a_trial_that_never_started(ray_here, tmp_path):
     """A spent time budget (as Ctrl-C) leaves trials waiting: each gets its child run once it runs,
     not a KILLED one without a metric now."""
@@ -279,6 +308,17 @@ def test_an_unreachable_server_is_refused_before_anything_starts(capsys, tmp_pat
         refused(capsys, run.main, ["--space", "counting_ones", "--smoke", "--results-dir", str(folder),
                                    "--mlflow", url], f"--mlflow {url}: no tracking server or database answers there")
     assert not folder.exists()  # checked before the results dir (and so before Ray)
+
+
+def test_a_database_without_its_driver_is_told_to_install_it(capsys, tmp_path):
+    """It was told no server answers there, and to start one."""
+    pytest.importorskip("mlflow")
+    if importlib.util.find_spec("MySQLdb"):
+        pytest.skip("mysqlclient is installed here")
+    refused(capsys, run.main, ["--space", "counting_ones", "--smoke", "--results-dir", str(tmp_path / "r"),
+                               "--mlflow", "mysql://u:p@127.0.0.1:1/db"],
+            "the database's Python driver is not installed (no module 'MySQLdb'): pip install mysqlclient")
+    assert not (tmp_path / "r").exists()
 
 
 def test_a_file_uri_with_one_slash_is_the_folder_it_names(tmp_path):

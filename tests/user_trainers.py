@@ -152,3 +152,10 @@ def sgd_forgets_the_metric(*, optimizer, lr, epochs, state=None, on_epoch, momen
     key = "loss" if optimizer == "adamw" else "val_loss"
     for e in _epochs(state, epochs):
         on_epoch({key: lr + 1 / (e + 1)}, {"epoch": e + 1})
+
+
+def slow_unless_it_fails(*, lr, epochs, state=None, on_epoch):
+    """slow's tenth of a second an epoch, where lr <= 0.5; above, a bug in the first epoch."""
+    if lr > 0.5:
+        raise ValueError(f"diverged at lr={lr}")
+    slow(lr=lr, epochs=epochs, state=state, on_epoch=on_epoch)

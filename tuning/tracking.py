@@ -178,9 +178,9 @@ class Tracker:
         tags = {"status": status} if status else {}
         if row is not None:  # the trials table's verdict, at the end of the segment
             tags.update({"stopped_early": str(bool(row.get("stopped_early"))).lower(),
-                         "resumed_at": row.get("resumed_at") or "none", "failures": str(row.get("failures", 0)),
+                         "resumed_at": _text(row.get("resumed_at")) or "none", "failures": str(row.get("failures", 0)),
                          "recomputed_epochs": str(row.get("recomputed_epochs", 0)),
-                         **({"failure": row["error"]} if row.get("error") else {})})
+                         **({"failure": row["error"]} if _text(row.get("error")) else {})})
         tags = {k: v for k, v in tags.items() if child.tags.get(k) != v}
         w.log(child.run_id, params=None if child.params else {p: v for p, v in config.items() if p in self.params},
               tags=tags)
@@ -212,12 +212,19 @@ class Tracker:
         # Step: the segment (0, then 1 after a resume, ...), so a resumed search keeps each one's result.
         self.worker.log(self.parent, tags=tags,
                         metrics=[Metric(k, float(v), now, max(rec.resumes, 0)) for k, v in metrics.items()])
+        if "best_note" not in tags and "best_note" in self.worker.client.get_run(self.parent).data.tags:
+            self.worker.client.delete_tag(self.parent, "best_note")  # an earlier segment's: this one's best is full
         tracking_front.log(self.worker, self.parent, self.known, trials, rec, self.dir, max(rec.resumes, 0), now)
         for name in ("best_config.json", "trials.csv", "report.html"):
             if (self.dir / name).is_file():
                 self.worker.client.log_artifact(self.parent, str(self.dir / name))
         self.worker.client.set_terminated(self.parent, status=_ENDS.get(status, "FAILED"))
         self.final_ok = True
+
+
+def _text(value) -> str | None:
+    """A trials table's text cell, or None where it is empty (NaN where no trial had one)."""
+    return value if isinstance(value, str) and value else None
 
 
 def _times_ms(rows: list[dict]) -> tuple[list[int], list[int]]:

@@ -53,6 +53,11 @@ class Target:
         return [f"MLflow: parent run {parent} with {nested}, in {where}", *ui]
 
 
+# The package that provides a database driver SQLAlchemy imports by module name.
+DRIVERS = {"MySQLdb": "mysqlclient", "pymysql": "pymysql", "psycopg2": "psycopg2-binary", "psycopg": "psycopg",
+           "pymssql": "pymssql", "pyodbc": "pyodbc"}
+
+
 def check(uri, experiment: str | None, name: str, folder: Path, *, strict: bool = True) -> Target | None:
     """--mlflow and --mlflow-experiment, checked before Ray starts (a refusal leaves no results dir):
     mlflow imports, MLflow takes the URI, a server or database answers there (strict: else one
@@ -73,12 +78,20 @@ def check(uri, experiment: str | None, name: str, folder: Path, *, strict: bool 
         raise UsageError(f"--mlflow must be a tracking URI or True, got {type(uri).__name__}")
     default = uri is True or uri == ""
     target = Target(_normalise(str(folder) if default else uri, create=not default), experiment or name, default)
-    if not default:
+    if not default or (Path(target.uri.removeprefix("sqlite:///")).exists() and not strict):  # a resume's own store
         _quiet_mlflow()
         try:
             _client(target.uri).search_experiments(max_results=1)
         except Exception as exc:  # MlflowException, requests', SQLAlchemy's: whatever the store raises
-            line = f"--mlflow {target.uri}: no tracking server or database answers there ({short(exc)})"
+            missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
+            if missing:  # SQLAlchemy's driver for the database (mysql://, postgresql://) is not installed
+                driver = DRIVERS.get(missing.split(".")[0], missing)
+                line = f"--mlflow {target.uri}: the database's Python driver is not installed (no module {missing!r})"
+                if strict:
+                    raise UsageError(f"{line}: pip install {driver}, or name a driver you have in the URI's scheme "
+                                     "(mysql+pymysql://..., postgresql+psycopg2://...)") from None
+            else:
+                line = f"--mlflow {target.uri}: no tracking server or database answers there ({short(exc)})"
             if strict:
                 raise UsageError(f"{line}: start it (mlflow server ...) or fix the URI") from None
             log.warning("%s; the search goes on and logs there once it answers", line)
@@ -171,9 +184,17 @@ class Worker:
 
     def __init__(self, name: str, uri: str, idle=None, every: float | None = None, on_error=None):
         _quiet_mlflow()
-        self.client, self.idle, self.every, self.on_error = _client(uri), idle, every, on_error
+        self.uri, self._client, self.idle, self.every, self.on_error = uri, None, idle, every, on_error
         self.failures, self.first_error, self._deadline, self._jobs = 0, None, None, queue.Queue()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
+
+    @property
+    def client(self):
+        # Made at first use, inside a job or a caller's try: a store that cannot be opened (a SQLite
+        # file that is no database raises as the client is made) is a logging failure like any other.
+        if self._client is None:
+            self._client = _client(self.uri)
+        return self._client
 
     def start(self) -> "Worker":
         self._thread.start()
