@@ -345,3 +345,18 @@ def test_a_branch_without_the_metric_stops_the_run_naming_its_trial_and_the_tria
     bad = trials[trials["optimizer"] == "sgd"].iloc[0]
     assert bad["status"] == "ERROR" and "reported no 'loss'" in bad["error"] and pd.isna(bad["loss"])
     assert (trials.loc[trials["optimizer"] == "adamw", "status"] == "TERMINATED").all()
+
+
+def test_a_tilde_in_a_results_dir_is_the_home_folder(tmp_path, monkeypatch):
+    """'~/r' (quoted, or --results-dir=~/r, which no shell expands) made a folder named ~ where the
+    command ran."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    used = tmp_path / "home" / "r"
+    used.mkdir(parents=True)
+    (used / "trials.csv").write_text("an earlier run's\n")
+    with pytest.raises(tuning.TuningError, match=f"results dir {used} already exists and is not empty"):
+        tuning.search(None, score_space(), strategy="random", results_dir="~/r")
+    with pytest.raises(tuning.TuningError, match=f"{tmp_path / 'home' / 'gone'}"):
+        tuning.resume("~/gone")
+    assert not (tmp_path / "~").exists()

@@ -31,7 +31,7 @@ def test_digits_from_python_as_a_script(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Best trial" in done.stdout and "accuracy" in done.stdout and "Traceback" not in done.stderr
     folder = next((tmp_path / "results").iterdir())
-    assert folder.name.startswith("train-")
+    assert folder.name.startswith("digits_torch-")  # the script's name, as tuning.run --space gives it (was train-)
     trials = pd.read_csv(folder / "trials.csv")
     assert {"accuracy", "best_accuracy", "loss", "best_loss"} <= set(trials.columns)
     assert trials["accuracy"].max() > 0.5  # digits learns something within 3 epochs at a sane lr

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Union
@@ -111,14 +112,16 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         warm_start=inputs.warm_start(space, strategy, warm_start, warm_start_top, seed),
         points_to_evaluate=points.check(space, strategy, points_to_evaluate, num_samples) or None,
         declaration=spacejson.to_json(space),
-        data_args={"kind": data or ("synthetic" if smoke else "auto"), "data_dir": str(Path(data_dir).absolute()),
+        data_args={"kind": data or ("synthetic" if smoke else "auto"), "data_dir": str(Path(data_dir).expanduser().absolute()),
                    "seed": seed, "synthetic_train": small.get("synthetic_train", 50_000),
                    "synthetic_test": small.get("synthetic_test", 10_000)})
     if returns:  # one report per trial, its full budget; the trainer is still passed the declared epochs
         rec.trainer_epochs, rec.max_epochs = rec.max_epochs, 1
-    label = Path(space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]).stem
+    label = _label(space)
     # Absolute with ".." folded (not through symlinks): a refusal removes the folders made, walking up from it.
-    folder = Path(os.path.abspath(results_dir or f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}"))
+    # ~ as a shell would expand it: quoted, or in --results-dir=~/x, it reached us as a folder named ~.
+    folder = Path(os.path.abspath(os.path.expanduser(results_dir or
+                                                     f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}")))
     made = inputs.prepare_results_dir(folder)  # before --mlflow may make its store: refused, none is made
     lock = inputs.lock(folder)
     ray_was_running = True  # until session.start says whether it started Ray
@@ -165,7 +168,7 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
     once (None: the run's own)."""
     inputs.check_at_least("add_samples", add_samples)
     inputs.check_at_least("max_concurrent_trials", max_concurrent_trials)
-    folder = Path(results_dir).absolute()
+    folder = Path(results_dir).expanduser().absolute()
     rec = records.read(folder, "--resume")
     if rec.status == "finished" and not add_samples:
         raise UsageError(f"--resume {folder}: that experiment finished already; its results are there "
@@ -193,6 +196,16 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
                         track=track)
     finally:
         lock.release()
+
+
+def _label(space: spaces.Space) -> str:
+    """What names the results folder and the MLflow experiment: the space's name; else, for a trainer
+    defined in the script being run (python examples/digits_torch.py), the script's, as tuning.run
+    --space examples/digits_torch.py names it; else the trainer's (a notebook's function: `train`)."""
+    main = sys.modules.get("__main__")
+    if not space.name and getattr(space.trainer, "__module__", None) == "__main__" and getattr(main, "__file__", None):
+        return Path(main.__file__).stem
+    return Path(space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]).stem
 
 
 def _stop_ray_unless(ray_was_running: bool) -> None:
