@@ -247,7 +247,7 @@ def test_a_grid_over_some_parameters_is_refused_where_it_does_not_map(tmp_path, 
     with pytest.raises(tuning.TuningError) as err:
         tuning.search(None, _mixed(), strategy=strategy, results_dir=tmp_path / "r")
     line = str(err.value)
-    assert "grid=['batch_size']" in line and "use --strategy random, asha or median" in line and "\n" not in line
+    assert "grid=['batch_size']" in line and "use strategy random, asha or median" in line and "\n" not in line
     assert not (tmp_path / "r").exists()
 
 

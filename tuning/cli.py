@@ -61,7 +61,7 @@ def in_keywords(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except UsageError as exc:
+        except TuningError as exc:
             if not _SPEAKING_FLAGS.get() and exc.args and isinstance(exc.args[0], str):
                 exc.args = (re.sub(r"(?<![\w-])--([a-z][a-z0-9-]*)", keyword, exc.args[0]),) + exc.args[1:]
             raise
