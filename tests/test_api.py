@@ -321,7 +321,7 @@ def test_an_address_elsewhere_than_the_ray_this_process_runs_is_refused(ray_here
     # Once ignored: the search ran on the process's own Ray and recorded its address as the one asked for.
     space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:scored", metric="score",
                          mode="max", num_samples=1, max_epochs=1, gpus_per_trial=0)
-    with pytest.raises(tuning.TuningError, match=r"--address 10\.9\.9\.9:6379: this process already runs Ray at "):
+    with pytest.raises(tuning.TuningError, match=r"address 10\.9\.9\.9:6379: this process already runs Ray at "):
         tuning.search(None, space, strategy="random", address="10.9.9.9:6379", results_dir=tmp_path / "r")
     assert not (tmp_path / "r").exists()
 

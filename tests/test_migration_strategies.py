@@ -70,7 +70,7 @@ def test_a_returning_trainer_is_refused_by_strategies_that_judge_epochs(tmp_path
         tuning.search(returns_score, _space(returns_score), strategy=strategy, results_dir=tmp_path / "r")
     line = str(err.value)
     assert "returns its metrics once instead of calling on_epoch" in line and strategy in line
-    assert "call on_epoch(metrics, state) after every epoch, or use --strategy random, grid or tpe" in line
+    assert "call on_epoch(metrics, state) after every epoch, or use strategy random, grid or tpe" in line
     assert "\n" not in line and not (tmp_path / "r").exists()
 
 
