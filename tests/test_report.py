@@ -199,3 +199,14 @@ def test_cifar_report_plots_loss_and_the_lr_batch_scatter(tmp_path):
 def test_html_renders_in_headless_chromium(tmp_path, cifar):
     d = make_dir(tmp_path / "cmp", cifar=cifar)
     assert_renders_in_chromium(report.write_report(d)["html"], tmp_path)
+
+
+def test_a_missing_whole_number_is_an_empty_cell_in_both_formats():
+    """A conditional integer parameter's column is pandas' nullable Int64: the run report's trials
+    table printed <NA> where the parameter was inactive."""
+    from tuning.report import render
+
+    table = pd.DataFrame({"layers": pd.array([2, None], dtype="Int64"), "optimizer": ["sgd", "adam"]})
+    md, page = render.render_markdown([("table", table)]), render.render_html([("table", table)], "t")
+    assert "<NA>" not in md and "&lt;NA&gt;" not in page
+    assert "|  | adam |" in md and "<td></td><td>adam</td>" in page

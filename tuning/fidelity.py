@@ -210,8 +210,8 @@ def report_blocks(agreements: list[Agreement], *, trials: int, metric: str, pool
         return []
     head = [("h2", TITLE)]
     if not agreements:
-        return head + [("p", f"Not measured yet: it needs at least {min_trials} trials with a {metric} at a "
-                             "lower epoch and at a later one.")]
+        return head + [("p", f"Not measured: it needs at least {min_trials} trials with a {metric} at a lower epoch "
+                             "and at a later one (a run of one epoch a trial has no lower one).")]
     top = agreements[0].top
     table = pd.DataFrame({"rung (epoch)": [a.rung for a in agreements], "top (epoch)": [a.top for a in agreements],
                           "ρ": [_two(a.rho) if math.isfinite(a.rho) else "n/a" for a in agreements],

@@ -171,7 +171,9 @@ def _measured(runs, exp, prov, strategies) -> list[str]:
     seeds = sorted(runs["seed"].unique())
     kind = {"normalized_counting_ones": f"regret = loss / {exp.get('dims')} + 1 (normalised as in "
                                         "Falkner et al., ICML 2018; 0 at the optimum)",
-            "difference": f"regret = loss - optimum ({number(exp.get('optimum'), 6)})"}.get(exp.get("regret"))
+            "difference": f"regret = {exp.get('metric') or 'loss'} - optimum ({number(exp.get('optimum'), 6)})"
+            if exp.get("mode", "min") == "min" else
+            f"regret = optimum ({number(exp.get('optimum'), 6)}) - {exp.get('metric')}"}.get(exp.get("regret"))
     data = {k: v for k, v in flatten(prov or {}) if k.split(".")[-1] in ("kind", "data")}
     peers = [s for s in strategies if s in (exp.get("peers") or [])]  # run in process by Optuna
     own = [s for s in strategies if s not in peers]

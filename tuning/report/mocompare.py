@@ -203,8 +203,10 @@ def _blocks(runs, exp, prov, summary, figures, verdicts) -> list[tuple]:
     ways, true = exp["objectives"], exp.get("true_hypervolume")
     seeds = sorted(runs["seed"].unique())
     t = summary["table"]
+    peers = [s for s in summary["strategies"] if s in (exp.get("peers") or [])]
+    noun = "strategies and peers" if peers else "strategies"
     measured = [
-        f"{len(summary['strategies'])} strategies and peers ({', '.join(summary['strategies'])}) x {len(seeds)} seeds "
+        f"{len(summary['strategies'])} {noun} ({', '.join(summary['strategies'])}) x {len(seeds)} seeds "
         f"({', '.join(map(str, seeds))}); {runs['run_id'].nunique()} runs. Each run was given {exp['budget']:g} full "
         f"evaluations of budget (a full evaluation = {exp['max_t']} iterations).",
         f"Objectives: {', '.join(f'{k} ({w})' for k, w in ways.items())}"

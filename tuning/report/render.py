@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 
 def number(x, digits: int = 3, missing: str = "n/a") -> str:
@@ -20,6 +21,12 @@ def number(x, digits: int = 3, missing: str = "n/a") -> str:
     if x is None or (isinstance(x, (float, np.floating)) and math.isnan(x)):
         return missing
     return f"{x:.{digits}g}" if isinstance(x, (float, np.floating)) else str(x)
+
+
+def cell(v) -> str:
+    """A table cell's text: empty for a missing value (pandas' NA in a column of whole numbers that
+    a conditional parameter leaves empty printed as <NA>)."""
+    return "" if v is None or v is pd.NA else str(v)
 
 
 def joined(names: list[str]) -> str:
@@ -50,9 +57,9 @@ def render_markdown(blocks: list[tuple]) -> str:
         elif kind == "img":
             out.append(f"![{c[1]}]({Path(c[0]).name})")
         elif kind == "table" and len(c[0].columns):
-            cell = lambda v: str(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
-            rows = [" | ".join(map(cell, c[0].columns)), " | ".join("---" for _ in c[0].columns),
-                    *(" | ".join(map(cell, r)) for r in c[0].itertuples(index=False))]
+            md = lambda v: cell(v).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+            rows = [" | ".join(map(md, c[0].columns)), " | ".join("---" for _ in c[0].columns),
+                    *(" | ".join(map(md, r)) for r in c[0].itertuples(index=False))]
             out.append("\n".join(f"| {r} |" for r in rows))
     return "\n\n".join(out) + "\n"
 
@@ -81,7 +88,7 @@ def render_html(blocks: list[tuple], title: str, in_head: str = "") -> str:
             out.append(f'<img src="data:image/png;base64,{data}" alt="{e(c[1])}">')
         elif kind == "table" and len(c[0].columns):
             head = "".join(f"<th>{e(str(h))}</th>" for h in c[0].columns)
-            body = "".join("<tr>" + "".join(f"<td>{e(str(v))}</td>" for v in r) + "</tr>"
+            body = "".join("<tr>" + "".join(f"<td>{e(cell(v))}</td>" for v in r) + "</tr>"
                            for r in c[0].itertuples(index=False))
             out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
     return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>'
