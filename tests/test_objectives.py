@@ -301,9 +301,13 @@ def test_random_search_keeps_the_front_of_what_ran(ray_here, tmp_path):
     assert result.best.trial_id == front["trial_id"].iloc[0]
     assert (~result.trials["feasible"]).any(), "the seed must draw some trial over the memory bound"
     assert "Pareto front (loss min, latency_ms min)" in result.summary()
-    # The progress line's best is the least loss of a feasible result, not an infeasible trial's.
+    # Over two objectives the progress line names no best: the least loss is no trial's merit there.
     line = json.loads((tmp_path / "r" / "progress.json").read_text())
-    trials = result.trials
+    assert line["best"] is None and "best" not in line["line"]
+    # Over one, bounded, its best is the least loss of a feasible result, not an infeasible trial's.
+    one = tuning.search(None, space.replace(objectives=None, metric="loss", mode="min", reference_point=None),
+                        seed=3, results_dir=tmp_path / "one")
+    line, trials = json.loads((tmp_path / "one" / "progress.json").read_text()), one.trials
     assert trials["loss"].min() < trials.loc[trials["feasible"], "loss"].min(), "the best loss must be infeasible"
     assert line["best"] == pytest.approx(trials.loc[trials["feasible"], "loss"].min())
     record = json.loads((tmp_path / "r" / "run.json").read_text())

@@ -122,13 +122,17 @@ class Reporter(rayinternals.Reporter):
         return SimpleNamespace(trial_id=best.trial_id, last_result={**best.last_result, "config": full})
 
     def setup_progress(self, planned: int, results_dir: Path | None, *, strategy: str = "",
-                       elapsed_before_s: float = 0.0, constraints: dict | None = None, worst: float | None = None) -> None:
+                       elapsed_before_s: float = 0.0, constraints: dict | None = None, worst: float | None = None,
+                       one_objective: bool = True) -> None:
         """Each table is followed by a progress line (tuning/progress.py) over `planned` epochs,
         also written to results_dir/progress.json for the live report; an interactive terminal
         also gets a progress bar, updated at every step. `elapsed_before_s`: the wall time of the
         run's earlier segments (a resume), which the elapsed time goes on from."""
         self._planned, self._progress_file = planned, results_dir and results_dir / progress.PROGRESS_FILE
         self._constraints = constraints or {}  # the line's best is of feasible results
+        # Over several objectives the first one's best is no trial's merit (often one stopped early, off
+        # the front): the line leaves it out, and the live report draws the front.
+        self._one_objective = one_objective
         self._worst = worst  # what a diverged trial reports: no one's best (a run where all diverged shows none)
         self._strategy, self._before = strategy, elapsed_before_s
         self._started, self._at_start, self._at_once, self._early = time.monotonic(), None, 1, None
@@ -171,7 +175,7 @@ class Reporter(rayinternals.Reporter):
         else:
             values = [v for t in trials if self.metric in t.metric_analysis
                       for v in [t.metric_analysis[self.metric][self.mode]] if v != self._worst]
-        best = (min if self.mode == "min" else max)(values) if values else None
+        best = (min if self.mode == "min" else max)(values) if values and self._one_objective else None
         now = time.monotonic()
         last_at, last_done = self._last
         rate = (done_now - last_done) / (now - last_at) if last_at is not None and now > last_at else None
@@ -216,7 +220,8 @@ def reporter(space: spaces.Space, every_s: float = 30, *, planned: int | None = 
                      print_intermediate_tables=True)
     if planned is not None:
         table.setup_progress(planned, results_dir, strategy=strategy, elapsed_before_s=elapsed_before_s,
-                             constraints=dict(space.constraints), worst=space.worst)
+                             constraints=dict(space.constraints), worst=space.worst,
+                             one_objective=len(objectives.of(space)) == 1)
     return table
 
 
