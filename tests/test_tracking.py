@@ -194,14 +194,13 @@ def test_mlflow_alone_logs_to_sqlite_in_the_results_dir_and_add_samples_continue
     assert parents[0].data.tags["extensions"] == "1"
 
 
-def test_tags_say_what_the_last_segment_found_and_a_store_that_cannot_be_opened_loses_no_trial(ray_here, tmp_path):
+def test_tags_say_what_the_last_segment_found(ray_here, tmp_path):
     """A finished child was tagged failure=nan beside a failed one; a resume whose best reached the full
-    budget kept the first segment's best_note; a resume whose SQLite store was no database raised as
-    the client was made, after run.json counted the trials it added, which then never ran."""
+    budget kept the first segment's best_note."""
     pytest.importorskip("mlflow")
     folder = tmp_path / "r"
-    space = tuning.Space(name="tags", params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:slow_unless_it_fails",
-                         metric="loss", strategy="random", max_epochs=150, num_samples=2, gpus_per_trial=0)
+    space = tuning.Space(name="tags", params={"lr": tuning.Uniform(0.0, 1.0)},
+                         trainer="user_trainers:slow_unless_it_fails", metric="loss", strategy="random", max_epochs=150, num_samples=2, gpus_per_trial=0)
     first = tuning.search(None, space, points_to_evaluate=[{"lr": 0.9}, {"lr": 0.1}], max_failures=0,
                           time_budget="5s", results_dir=folder, mlflow=True)  # 15 s of epochs: none ends
     assert first.status == "time budget spent" and first.best.note
@@ -216,10 +215,48 @@ def test_tags_say_what_the_last_segment_found_and_a_store_that_cannot_be_opened_
     assert len(failed) == 1 and len(tags) == 2
     assert all(("failure" in t) == (tid in failed) for tid, t in tags.items()), tags
 
+
+def test_a_store_that_cannot_be_opened_is_a_logging_failure_not_a_crash(tmp_path):
+    """The client was made as the worker was, outside any try: a SQLite file that is no database
+    raised there, after run.json had counted a resume's added trials, which then never ran."""
+    pytest.importorskip("mlflow")
+    (tmp_path / "mlflow.db").write_text("not a database")
+    worker = tracking_store.Worker("t", f"sqlite:///{tmp_path / 'mlflow.db'}").start()  # no raise
+    worker.submit(lambda: worker.client.search_experiments(max_results=1))
+    worker.close(10)
+    assert worker.failures >= 1 and "file is not a database" in worker.first_error
+
+
+@pytest.mark.slow  # make test-all: three runs, each resume its own process (a minute and more)
+def test_a_store_damaged_or_lost_between_resumes_loses_no_trial(ray_here, tmp_path):
+    """A resume whose SQLite store was no database raised as the client was made, after run.json had
+    counted the trials it added, which then never ran; one whose store was gone warned at every sync
+    that the parent was not found and logged nothing."""
+    pytest.importorskip("mlflow")
+    folder = tmp_path / "r"
+    space = tuning.Space(name="lost", params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:scored",
+                         metric="score", mode="max", strategy="random", max_epochs=2, num_samples=2, gpus_per_trial=0)
+    tuning.search(None, space, results_dir=folder, mlflow=True)
+
+    # Each resume its own process, as from the command line: MLflow keeps one database connection
+    # per URI in a process, which would still read the file as it was.
+    def resume_one_more() -> str:
+        done = subprocess.run([sys.executable, "-m", "tuning.run", "--resume", str(folder), "--add-samples", "1"],
+                              cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout + done.stderr
+
     (folder / "mlflow.db").write_text("not a database")
-    more = tuning.resume(folder, add_samples=1)
-    assert more.status == "finished" and len(more.trials) == 3
-    assert "MLflow logging failed" in more.summary()
+    assert "MLflow logging failed" in resume_one_more()
+    assert len(pd.read_csv(folder / "trials.csv")) == 3
+    # A store that lost the parent: warned once, then a new parent with every trial, where every
+    # later sync once warned that the run was not found and logged nothing.
+    (folder / "mlflow.db").unlink()
+    out = resume_one_more()
+    assert "is not in" in out and "a new parent run logs the whole search" in out and "logging failed" not in out
+    (parent,), children = _runs(f"sqlite:///{folder}/./mlflow.db", space.name)  # another URI: a new connection
+    assert sorted(k.data.tags["trial_id"] for k in children[parent.info.run_id]) == sorted(
+        pd.read_csv(folder / "trials.csv", dtype={"trial_id": str})["trial_id"])
 
 
 def test_a_run_cut_short_logs_no_child_run_for_a_trial_that_never_started(ray_here, tmp_path):

@@ -90,6 +90,10 @@ class Tracker:
         same = ((mine.uri == self.target.uri or (mine.default and self.target.default))
                 and mine.experiment == self.target.experiment)
         parent = mine.parent_run_id if same else None
+        if parent is not None and not _exists(w.client, parent):  # the store was replaced or the run deleted
+            log.warning("MLflow: run %s, this search's parent, is not in %s: a new parent run logs the whole search",
+                        parent, self.target.uri)
+            parent = None
         if parent is None and "'" not in str(self.dir):  # opened by a driver killed before run.json said so?
             found = w.client.search_runs([self.experiment_id], f"tags.`tuning.results_dir` = '{self.dir}' and "
                                          f"tags.`tuning.started` = '{rec.started}'", max_results=1)
@@ -220,6 +224,17 @@ class Tracker:
                 self.worker.client.log_artifact(self.parent, str(self.dir / name))
         self.worker.client.set_terminated(self.parent, status=_ENDS.get(status, "FAILED"))
         self.final_ok = True
+
+
+def _exists(client, run_id: str) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id).info.lifecycle_stage != "deleted"
+    except MlflowException as exc:
+        if getattr(exc, "error_code", "") == "RESOURCE_DOES_NOT_EXIST":
+            return False
+        raise  # the store did not answer: the worker tries again
 
 
 def _text(value) -> str | None:
