@@ -46,6 +46,7 @@ def test_one_trial_at_a_time_under_every_kind_of_search(ray_here, tmp_path, stra
     assert json.loads((tmp_path / "r" / "run.json").read_text())["max_concurrent_trials"] == 1
     md = (tmp_path / "r" / "report.md").read_text()
     assert "| max_concurrent_trials | 1 |" in md and "| fixed.log |" in md  # the report's provenance
+    assert "| space | a Space built in Python, without name=" in md  # the row was empty
 
 
 # Hyperband's first rung of 3 trials is an epoch each, shorter than the next trial's start: at this

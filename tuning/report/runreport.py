@@ -170,6 +170,7 @@ def _provenance(rec: RunRecord) -> pd.DataFrame:
         plan["data"] = {**plan["data"], "root": provenance.portable(rec.data.root)}
     for k in ("space", "storage_path"):  # a space's .py file; a shared folder (or s3://, kept)
         plan[k] = plan[k] and provenance.portable(plan[k])
+    plan["space"] = plan["space"] or "a Space built in Python, without name= (its declaration: run.json)"
     keep = {"command": command, "trainer": rec.trainer,
             **{k: plan.get(k) for k in ("status", "started", "wall_time_s", "resumes", "git_commit", "space",
                                          "strategy", "seed", "num_samples", "max_epochs", "data",
