@@ -347,6 +347,9 @@ def test_an_out_folder_holding_other_files_or_a_peer_that_cannot_run_is_refused(
                           argv=["x"])
     refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(out)], "holds the runs of another comparison",
             "objectives {'loss': 'min', 'latency_ms': 'max'} there")
+    # A user's trainer is named as runs.csv names it (the report's title was "x on x", the experiment twice).
+    assert json.loads((out / "experiment.json").read_text())["benchmark"] == "user_trainers:tradeoff"
+    assert json.loads((out / "provenance.json").read_text())["data"]["kind"] == "trainer:user_trainers:tradeoff"
 
 
 def test_a_metric_never_reported_or_trials_that_all_fail_are_refused_and_not_kept(capsys, tmp_path, ray_here):

@@ -243,11 +243,13 @@ def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, so
     replayed = replay.describe(recorded, max_t) if recorded else None
     if replayed:
         known = {"optimum": replayed["optimum"], "regret": "difference", "dims": len(space.params)}
+    trainer = spaces.trainer_name(space.trainer)
+    kind = "benchmark" if bench or mobench.name_of(space.trainer) else "trainer"  # else a user's own
     results.write_json(out / "experiment.json", {
-        "name": name, "benchmark": space.trainer if bench or recorded else (mobench.name_of(space.trainer) or name), "metric": space.metric,
-        "mode": space.mode, "budget": budget, "max_t": max_t, "strategies": list(exp.strategies), "seeds": seeds,
-        "params": list(space.params), "optimum": known.get("optimum"),
-        "regret": known.get("regret"), "dims": known.get("dims"),
+        "name": name, "benchmark": space.trainer if bench or recorded else mobench.name_of(space.trainer) or trainer,
+        "metric": space.metric, "mode": space.mode, "budget": budget, "max_t": max_t,
+        "strategies": list(exp.strategies), "seeds": seeds, "params": list(space.params),
+        "optimum": known.get("optimum"), "regret": known.get("regret"), "dims": known.get("dims"),
         "description": exp.description, "space": provenance.portable(exp.space), "smoke": smoke,
         "reference": exp.reference, "warm_from": exp.warm_from, "peers": list(peer_names),
         **({"peers_not_run": peers.NOT_RUN} if exp.peers and not peers.supported(space) else {}),
@@ -255,8 +257,7 @@ def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, so
         **(several_fields(exp, space, task) if objectives.multi(space) else {})})
     results.write_json(out / "provenance.json", {  # paths as provenance.portable gives them: these get committed
         "command": "python -m tuning.compare " + " ".join(map(provenance.portable, argv)),
-        "data": {"kind": source.kind if source else (provenance.portable(exp.space) if recorded
-                                                     else f"benchmark:{spaces.trainer_name(space.trainer)}"),
+        "data": {"kind": source.kind if source else provenance.portable(exp.space) if recorded else f"{kind}:{trainer}",
                  "root": provenance.portable(source.root) if source else None},
         "machine": provenance.machine(), "seeds": seeds, "git_commit": provenance.git_commit(),
         "versions": provenance.versions()})
