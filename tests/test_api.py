@@ -360,3 +360,28 @@ def test_a_tilde_in_a_results_dir_is_the_home_folder(tmp_path, monkeypatch):
     with pytest.raises(tuning.TuningError, match=f"{tmp_path / 'home' / 'gone'}"):
         tuning.resume("~/gone")
     assert not (tmp_path / "~").exists()
+
+
+def test_a_resume_checks_the_trainer_it_is_given_and_a_stopped_segment_does_not_stop_the_next(ray_here, tmp_path):
+    """tuning.resume(trainer=fn) ran fn unchecked; a segment its metric stopped left a row that stopped
+    every later resume, with the right trainer too, naming the wrong one."""
+    def no_score(*, lr, epochs, state=None, on_epoch):  # local functions travel by value, as a script's do
+        on_epoch({"loss": lr}, {"epoch": 1})
+
+    def scores(*, lr, epochs, state=None, on_epoch):
+        on_epoch({"score": lr}, {"epoch": 1})
+
+    def returns(*, lr):
+        return {"score": lr}
+
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, metric="score", mode="max", strategy="asha",
+                         num_samples=2, max_epochs=1, gpus_per_trial=0)
+    with pytest.raises(tuning.TuningError, match="the trainer reported no 'score'"):
+        tuning.search(no_score, space, results_dir=tmp_path / "r")
+    planned = json.loads((tmp_path / "r" / "run.json").read_text())["num_samples"]
+    with pytest.raises(tuning.TuningError, match="returns its metrics once instead of calling on_epoch"):
+        tuning.resume(tmp_path / "r", trainer=returns, add_samples=1)  # asha judges epochs: refused, as by search()
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["num_samples"] == planned  # nothing counted
+    done = tuning.resume(tmp_path / "r", trainer=scores, add_samples=1)
+    assert done.status == "finished" and done.best is not None
+    assert (done.trials["status"] == "ERROR").sum() >= 1 and (done.trials["score"].dropna() < 1e6).all()

@@ -177,6 +177,14 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
     lock = inputs.lock(folder)
     try:
         space = inputs.recorded_space(rec, trainer)
+        if trainer is not None:  # a function given now: checked as search() checks one, before anything is written
+            inputs.check_trainer(space, rec.workers_per_trial)
+            once = rec.trainer_epochs is not None  # the run's trials returned their metrics once
+            if inputs.returns_metrics(space, rec.strategy) != once:
+                ways = ("returns its metrics once", "reports each epoch")
+                raise UsageError(f"trainer {spaces.trainer_name(trainer)} {ways[once]}, where this run's trials "
+                                 f"{ways[not once].replace('returns its', 'returned their').replace('reports', 'reported')}"
+                                 ": give it the trainer the run started with")
         more = inputs.extension(space, rec, add_samples)
         if time_budget is not None:  # a new total; what earlier segments used still counts
             rec.time_budget_s = inputs.budget(time_budget)

@@ -99,8 +99,8 @@ def module_of(trainer) -> str | None:
 def importable(name: str) -> bool:
     """Whether a recorded "module:function" can be imported by name (not a script's __main__, nor
     a file loaded by path, such as a space file)."""
-    module = name.partition(":")[0]
-    if not module or module == "__main__":
+    module, _, function = name.partition(":")
+    if not module or module == "__main__" or "<locals>" in function:  # a function defined inside another
         return False
     try:
         return importlib.util.find_spec(module) is not None

@@ -90,7 +90,7 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
             backend.stop_ray()
 
     _one_report_run(record, records)
-    stopped_by = _metric_error(records, space.metric)
+    stopped_by = _metric_error(records, space.metric, since=started)
     params = list(space.params)
     res = record.resources_per_trial
     trials = results.trials_table(records, params, strategy=record.strategy, max_epochs=record.max_epochs,
@@ -186,22 +186,29 @@ def _close_killed_segment(record: RunRecord, results_dir: Path) -> None:
              "wall_time_s", seg.wall_s)
 
 
-def _metric_error(records: list[TrialRecord], metric: str) -> tuple[str, str] | None:
-    """(what was wrong, where the run stopped) for a run its trainer's metrics stopped, else None.
-    The trial that reported it becomes ERROR with it, its stand-in values dropped: the tables once
-    showed it TERMINATED with the space's worst value as a result. Other trials may have reported
-    the metric first (a branch of a conditional space that lacks it): the line says how many."""
-    bad = next((rec for rec in records for r in rec.rows if r.get(results.METRIC_ERROR)), None)
-    if bad is None:
+def _metric_error(records: list[TrialRecord], metric: str, since: float) -> tuple[str, str] | None:
+    """(what was wrong, where the run stopped) for a run its trainer's metrics stopped in the segment
+    that began at `since`, else None. Every trial that reported such a result, in any segment,
+    becomes ERROR with it, its stand-in values dropped: the tables once showed them TERMINATED with
+    the space's worst value as a result, and a stopped segment's row, read back, stopped every later
+    resume. Other trials may have reported the metric first (a branch of a conditional space that
+    lacks it): the line says how many."""
+    bad = []  # (when, trial, what) of each trial's first such result
+    for rec in records:
+        rows = [r for r in rec.rows if r.get(results.METRIC_ERROR)]
+        if rows:
+            at = rows[0].get("ended_at") or rows[0].get("timestamp") or float("inf")
+            bad.append((at, rec, rows[0][results.METRIC_ERROR]))
+            rec.rows = [r for r in rec.rows if not r.get(results.METRIC_ERROR)]
+            rec.status, rec.error = "ERROR", rows[0][results.METRIC_ERROR]
+    now = sorted(((at, rec, wrong) for at, rec, wrong in bad if at >= since), key=lambda b: b[0])
+    if not now:
         return None
-    row = next(r for r in bad.rows if r.get(results.METRIC_ERROR))
-    wrong, at = row[results.METRIC_ERROR], row.get("ended_at", float("inf"))
-    bad.rows = [r for r in bad.rows if not r.get(results.METRIC_ERROR)]
-    bad.status, bad.error = "ERROR", wrong
+    at, first, wrong = now[0]
     # Trials that had reported it by then (one that started as the run stopped may have since).
     fine = sum(any(results.is_number(r.get(metric)) and r.get("ended_at", at) < at for r in rec.rows)
-               for rec in records if rec is not bad)
-    where = (f"trial {bad.trial_id} ({', '.join(f'{k}={v!r}' for k, v in bad.config.items())}), the first result "
+               for rec in records if rec is not first)
+    where = (f"trial {first.trial_id} ({', '.join(f'{k}={v!r}' for k, v in first.config.items())}), the first result "
              "without it" + (f", after {fine} trial{'s' * (fine != 1)} had reported it: a branch of the space that "
                              "lacks it?" if fine else ""))
     return wrong, where

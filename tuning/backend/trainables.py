@@ -262,7 +262,8 @@ def _report_returned(report, returned, metric: str, diverged_value: float, name:
     metrics, wrong = contract.one_report(returned, metric, name)
     wrong = wrong or refusal
     if wrong is not None:
-        tune.report({**_stand_ins((metric, *others), {}, diverged_value), results.METRIC_ERROR: wrong})
+        tune.report({**_stand_ins((metric, *others), {}, diverged_value), results.METRIC_ERROR: wrong,
+                     "ended_at": time.time()})
         return
     report(metrics, returned=True)
 
