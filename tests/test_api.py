@@ -385,3 +385,25 @@ def test_a_resume_checks_the_trainer_it_is_given_and_a_stopped_segment_does_not_
     done = tuning.resume(tmp_path / "r", trainer=scores, add_samples=1)
     assert done.status == "finished" and done.best is not None
     assert (done.trials["status"] == "ERROR").sum() >= 1 and (done.trials["score"].dropna() < 1e6).all()
+
+
+def test_a_resume_without_tunes_saved_state_is_refused_and_nothing_is_lost(ray_here, tmp_path):
+    """Tune, finding no state (or an unreadable one), logged an error and started every trial again
+    under new ids: the tables lost the earlier trials, and the run ended 'finished' with exit 0."""
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:slow", metric="loss",
+                         strategy="random", num_samples=2, max_epochs=50, gpus_per_trial=0)
+    first = tuning.search(None, space, time_budget="3s", results_dir=tmp_path / "r")  # 5 s of epochs a trial
+    assert first.status == "time budget spent" and len(first.epochs)
+    states = sorted((tmp_path / "r" / "tune").glob("experiment_state-*.json"))
+    kept = {p: p.read_bytes() for p in states}
+    before = (tmp_path / "r" / "trials.csv").read_bytes()
+    for damage in ("unreadable", "missing"):
+        for p in states:
+            p.write_text("{") if damage == "unreadable" else p.unlink()
+        with pytest.raises(tuning.TuningError, match=r"its trials have results, but Tune's saved state .* is missing "
+                                                     r"or unreadable"):
+            tuning.resume(tmp_path / "r", time_budget="1h")
+        assert (tmp_path / "r" / "trials.csv").read_bytes() == before
+    for p, data in kept.items():
+        p.write_bytes(data)
+    assert tuning.resume(tmp_path / "r", time_budget="1h").status == "finished"

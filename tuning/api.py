@@ -173,6 +173,7 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
     if rec.status == "finished" and not add_samples:
         raise UsageError(f"--resume {folder}: that experiment finished already; its results are there "
                          "(add --add-samples N to run N more trials in it)")
+    inputs.check_tune_state(rec, folder)
     track = _resume_tracking(rec, folder, mlflow, mlflow_experiment)
     lock = inputs.lock(folder)
     try:

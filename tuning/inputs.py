@@ -6,11 +6,12 @@ raises UsageError (or SpaceError, ContractError) with one line saying what to ch
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from pathlib import Path
 
-from tuning import cli, contract, growth, record as records, spacejson, spaces
+from tuning import cli, contract, growth, record as records, results, spacejson, spaces
 from tuning.cli import UsageError
 from tuning.objectives import of as objectives_of
 
@@ -341,3 +342,23 @@ def warm_start(space: spaces.Space, strategy: str, dirs: list | None, top: int |
                     "in the same order; give --seed another value to draw new ones", ", ".join(same), seed)
     return {"dirs": [str(Path(d).absolute()) for d in dirs], "top": top, "results": len(growth.all_rows(runs)),
             "configs": [] if strategy in ("bohb", "adaptive") else growth.best_configs(runs, space, top)}
+
+
+def check_tune_state(rec: records.RunRecord, folder: Path) -> None:
+    """A resume needs the experiment state Tune saved in DIR/tune: without it (deleted, or unreadable)
+    Tune logs an error and starts every trial again under new ids, and the tables lose the earlier
+    ones. Refused, where trials have results; a run on a --storage-path keeps it there, unchecked."""
+    rows = folder / results.ROWS_FILE
+    if rec.storage_path or not rows.is_file() or not rows.stat().st_size:
+        return
+    states = sorted((folder / "tune").glob("experiment_state-*.json"))
+    try:
+        json.loads(states[-1].read_text()) if states else None
+    except (OSError, ValueError):
+        states = []
+    if not states:
+        raise UsageError(f"--resume {folder}: its trials have results, but Tune's saved state "
+                         f"({folder / 'tune'}/experiment_state-*.json) is missing or unreadable, so Tune would start "
+                         "every trial again and the tables would lose these: restore the file, or start a new run "
+                         f"(--warm-start {folder} runs this one's best configurations first)")
+
