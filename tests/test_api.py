@@ -407,3 +407,34 @@ def test_a_resume_without_tunes_saved_state_is_refused_and_nothing_is_lost(ray_h
     for p, data in kept.items():
         p.write_bytes(data)
     assert tuning.resume(tmp_path / "r", time_budget="1h").status == "finished"
+
+
+class _Shifted:
+    """Optuna's and Ray's class-based objective: its data on the instance, called with the parameters."""
+
+    def __init__(self, shift):
+        self.shift = shift
+
+    def __call__(self, *, lr):
+        return {"score": -(lr - self.shift) ** 2}
+
+
+def _needs_data(*, lr, data_dir):
+    return {"score": lr if data_dir == "/data" else -1.0}
+
+
+def test_callable_objects_partials_and_lambdas_are_trainers(ray_here, tmp_path):
+    """A callable object and a functools.partial (Ray's tune.with_parameters idiom) raised AttributeError
+    (no __qualname__); a lambda in a file was told to take epochs, state and on_epoch."""
+    import functools
+
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, metric="score", mode="max", strategy="random",
+                         num_samples=2, max_epochs=1, gpus_per_trial=0)
+    trainers = {"object": _Shifted(0.5), "partial": functools.partial(_needs_data, data_dir="/data"),
+                "lambda": lambda *, lr: {"score": lr}}
+    for kind, trainer in trainers.items():
+        result = tuning.search(trainer, space, seed=1, results_dir=tmp_path / kind)
+        assert result.status == "finished" and (result.trials["status"] == "TERMINATED").all(), kind
+        assert result.best.metrics["score"] == pytest.approx(trainer(lr=result.best.config["lr"])["score"]), kind
+    assert tuning.spaces.trainer_name(trainers["object"]) == "test_api:_Shifted"
+    assert tuning.spaces.trainer_name(trainers["partial"]) == "test_api:_needs_data"

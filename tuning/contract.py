@@ -25,6 +25,7 @@ trainer with these functions, and tuning.backend's trial adapter calls it throug
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -91,7 +92,7 @@ def module_of(trainer) -> str | None:
         return trainer.partition(":")[0] or None
     module = getattr(trainer, "__module__", None)
     loaded = sys.modules.get(module) if module and module != "__main__" else None
-    if loaded is None or getattr(loaded, trainer.__qualname__, None) is not trainer:
+    if loaded is None or getattr(loaded, getattr(trainer, "__qualname__", ""), None) is not trainer:
         return None
     return module
 
@@ -141,8 +142,8 @@ def check_signature(fn: Callable, name: str, params: list[str], fixed: list[str]
     if lacking:
         role = {**{p: "searched" for p in params}, **{f: "fixed" for f in fixed}}
         what = ", ".join(f"{n} ({role[n]})" if n in role else n for n in lacking)
-        raise ContractError(f"trainer {name} does not take {what}: its signature is {fn.__name__}{sig}; take every "
-                            "searched and fixed parameter, epochs, state and on_epoch as keyword arguments "
+        raise ContractError(f"trainer {name} does not take {what}: its signature is {display_name(fn)}{sig}; take "
+                            "every searched and fixed parameter, epochs, state and on_epoch as keyword arguments "
                             "(docs/your-trainer.md)")
     # A parameter under when= is left out of the call where its condition does not hold: without a
     # default every such trial fails with TypeError, and is retried to fail again.
@@ -153,14 +154,15 @@ def check_signature(fn: Callable, name: str, params: list[str], fixed: list[str]
                           for n in bare)
         raise ContractError(f"trainer {name} has no default for {', '.join(bare)}, declared under when= ({where}): "
                             "the trials where it is inactive are called without it; give it a default, e.g. "
-                            f"{bare[0]}=None (its signature is {fn.__name__}{sig})")
+                            f"{bare[0]}=None (its signature is {display_name(fn)}{sig})")
     # A parameter without a default that tuning never passes: the first call would raise.
     unpassed = [n for n, p in sig.parameters.items() if p.default is p.empty
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
                 and (p.kind == p.POSITIONAL_ONLY or (n not in need and n not in OPTIONAL and n not in REQUIRED))]
     if unpassed:
-        raise ContractError(f"trainer {name} needs {', '.join(unpassed)}, which tuning does not pass: its signature "
-                            f"is {fn.__name__}{sig}; give it a default, or declare it in the space's fixed or params")
+        raise ContractError(f"trainer {name} needs {', '.join(unpassed)}, which tuning does not pass: its "
+                            f"signature is {display_name(fn)}{sig}; give it a default, or declare it in the space's "
+                            "fixed or params")
 
 
 # ---------------------------------------------------------------- trainers that return their metrics
@@ -176,6 +178,10 @@ def reporting(fn: Callable) -> str:
     "returns" (it never names on_epoch and returns a value), "neither" (it does neither: it may only
     raise), or "unknown" (no source: a builtin, a lambda, a callable object; or it passes its
     **kwargs on, or reads locals(), where on_epoch may travel unnamed)."""
+    fn = _code_of(fn)
+    if getattr(fn, "__name__", None) == "<lambda>":  # its body is one expression, which it returns
+        names, var_kw = accepted(fn)
+        return "unknown" if var_kw or "on_epoch" in names else "returns"
     try:
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
@@ -193,6 +199,22 @@ def reporting(fn: Callable) -> str:
     if (node.args.kwarg and node.args.kwarg.arg in names) or names & {"locals", "vars", "eval", "exec"}:
         return "unknown"
     return "returns" if any(_returns_value(n) for n in _own_nodes(node)) else "neither"
+
+
+def _code_of(fn: Callable) -> Callable:
+    """The function whose source says how `fn` reports: a functools.partial's function, a callable
+    object's __call__ (Optuna's and Ray's class-based objectives), else fn itself."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if not inspect.isfunction(fn) and not inspect.ismethod(fn) and callable(getattr(type(fn), "__call__", None)) \
+            and not isinstance(fn, type):
+        return type(fn).__call__
+    return fn
+
+
+def display_name(fn: Callable) -> str:
+    """A trainer's name as its errors show it: a partial's or a callable object's too, which have no __name__."""
+    return getattr(fn, "__name__", None) or getattr(_code_of(fn), "__qualname__", None) or type(fn).__name__
 
 
 def _own_nodes(node):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import math
@@ -157,8 +158,10 @@ CIFAR_METRICS = {"loss", "accuracy", "train_loss", "latency_ms", "num_params", "
 
 def trainer_name(trainer) -> str:
     """How a run records its trainer: "cifar", a benchmark, or "module:function"."""
-    if callable(trainer):
-        return f"{trainer.__module__}:{trainer.__qualname__}"
+    if callable(trainer):  # a functools.partial or a callable object by what it calls: neither has a __qualname__
+        inner = trainer.func if isinstance(trainer, functools.partial) else trainer
+        named = inner if hasattr(inner, "__qualname__") else type(inner)
+        return f"{getattr(named, '__module__', None) or type(inner).__module__}:{named.__qualname__}"
     return trainer
 
 
