@@ -438,3 +438,17 @@ def test_callable_objects_partials_and_lambdas_are_trainers(ray_here, tmp_path):
         assert result.best.metrics["score"] == pytest.approx(trainer(lr=result.best.config["lr"])["score"]), kind
     assert tuning.spaces.trainer_name(trainers["object"]) == "test_api:_Shifted"
     assert tuning.spaces.trainer_name(trainers["partial"]) == "test_api:_needs_data"
+
+
+def test_a_metric_named_as_tunes_own_fields_is_kept_aside_and_changes_nothing(ray_here, tmp_path):
+    """done=True ended every trial after its first epoch, and a 0-based training_iteration one epoch early."""
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:reports_tunes_own_keys",
+                         metric="loss", strategy="random", num_samples=2, max_epochs=3, gpus_per_trial=0)
+    result = tuning.search(None, space, results_dir=tmp_path / "r")
+    assert (result.trials["epochs"] == 3).all() and not result.best.note
+    assert list(result.epochs.sort_values("training_iteration").groupby("trial_id")["training_iteration_reported"]
+                .apply(list).iloc[0]) == [0, 1, 2]
+    rows = [json.loads(line) for line in (tmp_path / "r" / "results.jsonl").read_text().splitlines()]
+    assert len(rows) == 6 and all(r["done_reported"] is True for r in rows)  # kept, and Tune went on
+    with pytest.raises(tuning.SpaceError, match="metric 'done' has the name of a field Ray Tune or tuning fills in"):
+        space.replace(metric="done")

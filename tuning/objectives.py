@@ -44,6 +44,16 @@ TABLE_COLUMNS = {"trial_id", "strategy", "epochs", "status", "stopped_early", "r
                  RANK}
 
 
+# Keys of a result that Ray Tune acts on or fills in itself ("done": True ended a trial after its
+# first epoch; a 0-based training_iteration cut every trial short), and those tuning adds to each:
+# a trainer's metric of such a name is renamed <name>_reported, as a table column's is.
+RESERVED_KEYS = {"done", "training_iteration", "time_total_s", "time_this_iter_s", "timestamp", "date", "pid",
+                 "hostname", "node_ip", "config", "should_checkpoint", "iterations_since_restore",
+                 "time_since_restore", "timesteps_total", "timesteps_since_restore", "episodes_total",
+                 "checkpoint_dir_name", "experiment_id", "experiment_tag",
+                 "returned", "restored_from", "node_id", "ended_at", "metric_error"}
+
+
 def _example(names) -> str:
     return "{" + ", ".join(f"{n!r}: 'min'" for n in names) + "}"
 

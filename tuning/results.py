@@ -69,7 +69,7 @@ def kept_as(name: str, taken) -> str:
     """The name a trainer's metric is kept under: its own, unless a parameter (`taken`: the trial's
     searched and fixed ones) or a column of the tables has it, as a trainer that reports its
     current `lr` does; then `<name>_reported`. One column, one meaning."""
-    return f"{name}_reported" if name in taken or name in TABLE_COLUMNS else name
+    return f"{name}_reported" if name in taken or name in TABLE_COLUMNS or name in objectives.RESERVED_KEYS else name
 
 
 def is_metric(name: str) -> bool:

@@ -119,6 +119,9 @@ class Space:
         if clash:
             raise SpaceError(f"{sorted(clash)} are both searched and fixed: keep each in one place")
         for name in objective_rules.required(self):  # a reported metric and a parameter share the tables' columns
+            if name in objective_rules.RESERVED_KEYS:
+                raise SpaceError(f"metric {name!r} has the name of a field Ray Tune or tuning fills in on every result "
+                                 f"(it is renamed {name}_reported): report it as, say, val_{name}")
             if name in objective_rules.TABLE_COLUMNS:
                 raise SpaceError(f"metric {name!r} has the name of a column the trials table has for itself "
                                  f"({', '.join(sorted(objective_rules.TABLE_COLUMNS))}): report it as, say, "
