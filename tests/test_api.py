@@ -452,3 +452,15 @@ def test_a_metric_named_as_tunes_own_fields_is_kept_aside_and_changes_nothing(ra
     assert len(rows) == 6 and all(r["done_reported"] is True for r in rows)  # kept, and Tune went on
     with pytest.raises(tuning.SpaceError, match="metric 'done' has the name of a field Ray Tune or tuning fills in"):
         space.replace(metric="done")
+
+
+def test_one_warm_start_folder_as_a_string_and_a_missing_resume_folder_in_pythons_words(tmp_path):
+    """warm_start="DIR" was read letter by letter ("/ is not a tuning.run results dir"); a resume of a
+    missing folder was named --resume."""
+    with pytest.raises(tuning.TuningError) as err:
+        tuning.search(None, score_space(), strategy="random", warm_start=str(tmp_path / "earlier"),
+                      results_dir=tmp_path / "r")
+    assert str(tmp_path / "earlier") in str(err.value) and not (tmp_path / "r").exists()
+    with pytest.raises(tuning.TuningError) as err:
+        tuning.resume(tmp_path / "gone")
+    assert str(err.value).startswith("results_dir: ") and "--" not in str(err.value)

@@ -71,6 +71,20 @@ def test_log_keyword_saying_what_the_type_is_anyway_is_accepted():
     assert "log" not in spacejson.declarations({"lr": tuning.LogUniform(1e-3, 1, log=True)})["lr"]  # run.json as before
 
 
+@pytest.mark.parametrize("make, says", [  # each a TypeError (unexpected keyword) before
+    (lambda: tuning.Uniform(0, 1, step=0.25), "Uniform(0, 1, step=0.25): values on a grid are a Choice here: "
+                                              "Choice([0, 0.25, 0.5, 0.75, 1])"),
+    (lambda: tuning.IntUniform(0, 10, step=2), "Choice([0, 2, 4, 6, 8, 10])"),
+    (lambda: tuning.Uniform(0, 1, q=0.5), "Uniform(0, 1, q=0.5): values on a grid are a Choice here: Choice([0, 0.5, 1])"),
+    (lambda: tuning.IntUniform(3, 3), "a value that does not vary is fixed={'name': 3}"),
+    (lambda: tuning.Space(params=[tuning.Uniform(0, 1)]), "params= takes a dict from each parameter's name"),
+])
+def test_steps_a_constant_range_and_a_list_of_params_are_refused_naming_the_fix(make, says):
+    with pytest.raises(tuning.SpaceError) as err:
+        make()
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
 # ---------------------------------------------------------------- 3: numpy values in files as JSON
 
 def keeps_weights(*, lr, offsets, scale, count, epochs, state=None, on_epoch):

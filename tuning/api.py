@@ -154,7 +154,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         lock.release()
 
 
-@cli.in_keywords
+@cli.in_keywords(like=search)
 def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budget: float | str | None = None,
            address: str | None = None, worker_logs: bool = False, trainer: Union[Callable, str, None] = None,
            mlflow: str | bool | None = None, mlflow_experiment: str | None = None,

@@ -48,13 +48,19 @@ def speaking_flags():
         _SPEAKING_FLAGS.reset(token)
 
 
-def in_keywords(fn):
-    """`fn`'s refusals, outside speaking_flags(), with each --flag that is one of its keywords named as
-    the keyword."""
-    names = set(inspect.signature(fn).parameters)
+# Flags whose keyword has another name: tuning.run --resume DIR is tuning.resume(results_dir).
+ALIASES = {"resume": "results_dir"}
+
+
+def in_keywords(fn=None, *, like=None):
+    """`fn`'s refusals, outside speaking_flags(), with each --flag that is one of its keywords (or of
+    `like`'s, a function whose keywords the caller knows too) named as the keyword."""
+    if fn is None:
+        return functools.partial(in_keywords, like=like)
+    names = set(inspect.signature(fn).parameters) | (set(inspect.signature(like).parameters) if like else set())
 
     def keyword(match):
-        name = match.group(1).replace("-", "_")
+        name = ALIASES.get(match.group(1), match.group(1).replace("-", "_"))
         return name if name in names else match.group(0)
 
     @functools.wraps(fn)

@@ -325,6 +325,8 @@ def warm_start(space: spaces.Space, strategy: str, dirs: list | None, top: int |
     """What a warm start brings: earlier results (BOHB) or best configurations (the others). An
     earlier run of the same seed drew the same random configurations in the same order, which
     this run would draw again: said, as --seed is the user's to choose."""
+    if isinstance(dirs, (str, Path)):  # one folder, as a path: it was read letter by letter
+        dirs = [dirs]
     if not dirs:
         return None
     if strategy == "grid":

@@ -55,6 +55,22 @@ def _no_log(declaration, log) -> None:
     raise SpaceError(f"{kind}(..., log={log!r}): {why}")
 
 
+def _no_step(declaration, step, name: str) -> None:
+    """Optuna's suggest_float(step=) and suggest_int(step=), Ray's quniform(q=): values on a grid,
+    which is a Choice of them here. Refused in one line that writes it, not Python's TypeError."""
+    if step is None:
+        return
+    kind, low, high = type(declaration).__name__, declaration.low, declaration.high
+    try:
+        values = list(np.round(np.arange(low, high + step / 2, step), 10)) if step > 0 else []
+    except TypeError:
+        values = []
+    shown = ", ".join(f"{v:g}" for v in values[:6]) + (", ..." if len(values) > 6 else "")
+    raise SpaceError(f"{kind}({low}, {high}, {name}={step!r}): values on a grid are a Choice here: "
+                     + (f"Choice([{shown}])" + (f" (np.arange({low}, {high} + {step}, {step}), rounded)" if len(values) > 6
+                                                else "") if values else "Choice([...]) of them"))
+
+
 def whole(value) -> bool:
     """A whole number, as a count must be (a bool, 2.5 or "4" is not one); numpy's integers are."""
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -83,11 +99,14 @@ class _Range:
     grid: int = 3
     when: dict | None = _WHEN
     log: dataclasses.InitVar[bool | None] = None  # refused unless it says what the type is (_no_log)
+    step: dataclasses.InitVar[float | None] = None  # Optuna's step= and Ray's q=: refused naming the fix (_no_step)
+    q: dataclasses.InitVar[float | None] = None
     positive = False  # whether low must be above 0 (a class setting, not a field)
 
-    def __post_init__(self, log=None):
+    def __post_init__(self, log=None, step=None, q=None):
         _when(self)
         _no_log(self, log)
+        _no_step(self, step if step is not None else q, "step" if step is not None else "q")
         _bounds(self)
         kind = type(self).__name__
         if not (0 < self.low < self.high if self.positive else self.low < self.high):
@@ -129,13 +148,18 @@ class IntUniform:
     grid: int | None = None
     when: dict | None = _WHEN
     log: dataclasses.InitVar[bool | None] = None  # refused when True (_no_log)
+    step: dataclasses.InitVar[int | None] = None  # refused naming the fix (_no_step)
+    q: dataclasses.InitVar[int | None] = None
 
-    def __post_init__(self, log=None):
+    def __post_init__(self, log=None, step=None, q=None):
         _when(self)
         _no_log(self, log)
+        _no_step(self, step if step is not None else q, "step" if step is not None else "q")
         _bounds(self, integer=True)
         if not self.low < self.high:
-            raise SpaceError(f"IntUniform needs low < high, got low={self.low} high={self.high}")
+            raise SpaceError(f"IntUniform needs low < high, got low={self.low} high={self.high}"
+                             + (f": a value that does not vary is fixed={{'name': {self.low}}}" if self.low == self.high
+                                else ""))
 
     def grid_values(self) -> list[int]:
         if self.grid is None or self.grid >= self.high - self.low + 1:
@@ -153,10 +177,13 @@ class IntLogUniform:
     grid: int = 4
     when: dict | None = _WHEN
     log: dataclasses.InitVar[bool | None] = None  # refused when False (_no_log)
+    step: dataclasses.InitVar[int | None] = None  # refused naming the fix (_no_step)
+    q: dataclasses.InitVar[int | None] = None
 
-    def __post_init__(self, log=None):
+    def __post_init__(self, log=None, step=None, q=None):
         _when(self)
         _no_log(self, log)
+        _no_step(self, step if step is not None else q, "step" if step is not None else "q")
         _bounds(self, integer=True)
         if not 0 < self.low < self.high:
             raise SpaceError(f"IntLogUniform needs 0 < low < high, got low={self.low} high={self.high}")

@@ -79,6 +79,9 @@ class Space:
     reference_point: dict | list | None = None
 
     def __post_init__(self):
+        if not isinstance(self.params, dict):  # a list of declarations has no names to give the trainer
+            raise SpaceError(f"params= takes a dict from each parameter's name to its declaration, like "
+                             f"params={{'lr': LogUniform(1e-4, 1e-1)}}, got a {type(self.params).__name__}")
         if self.strategy not in (*STRATEGIES, AUTO):
             raise SpaceError(f"strategy {self.strategy!r} unknown: use one of {', '.join(STRATEGIES)}, or {AUTO!r}")
         try:
