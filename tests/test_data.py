@@ -173,6 +173,18 @@ def test_files_of_another_version_under_the_same_name_are_regenerated(tmp_path):
     assert json.loads(manifest.read_text())["version"] == synthetic.VERSION
 
 
+@pytest.mark.parametrize("damaged", ['{"version": 2}', "[]"])
+def test_a_manifest_that_is_not_ensure_synthetics_is_made_again(tmp_path, damaged):
+    """Valid JSON without the md5 table was a traceback (KeyError: 'md5', or a list's AttributeError)."""
+    root = tmp_path / "damaged"
+    data.ensure_synthetic(root, seed=2, n_train=500, n_test=100)
+    manifest = root / "synthetic.json"
+    good = manifest.read_text()
+    manifest.write_text(damaged)
+    data.ensure_synthetic(root, seed=2, n_train=500, n_test=100)
+    assert json.loads(manifest.read_text()) == json.loads(good)
+
+
 def test_a_node_without_the_folder_regenerates_it_from_its_name(tmp_path):
     # A cluster node that lacks the driver's disk gets the DataSource's path and nothing else.
     driver = data.prepare("synthetic", tmp_path / "driver", seed=4, synthetic_train=500, synthetic_test=100)

@@ -196,10 +196,15 @@ def _write_batch(path: Path, data: np.ndarray, labels: np.ndarray, name: str) ->
 
 
 def _synthetic_version(manifest: Path) -> int | None:
+    """The generator version synthetic.json says wrote the files; None where it cannot say (unreadable,
+    or not the manifest ensure_synthetic writes: the files are then made again)."""
     try:
-        return json.loads(manifest.read_text()).get("version", 1)  # version 1 wrote none
+        data = json.loads(manifest.read_text())
     except (OSError, ValueError):
         return None
+    if not isinstance(data, dict) or not isinstance(data.get("md5"), dict):
+        return None
+    return data.get("version", 1)  # version 1 wrote none
 
 
 def ensure_synthetic(root: str | os.PathLike, *, seed: int, n_train: int, n_test: int) -> None:
