@@ -132,6 +132,20 @@ def test_workers_per_trial_must_split_the_batch_sizes(capsys, tmp_path, ray_2cpu
             "do not all split evenly over 3 ranks")
 
 
+def test_an_integer_range_of_batch_sizes_is_refused_over_several_ranks(capsys, tmp_path, ray_2cpus):
+    # IntUniform(63, 65) ran, and its trial of 63 failed at run time (docs/ddp.md says it is refused).
+    (tmp_path / "odd.py").write_text("from tuning.spaces import IntUniform, LogUniform, Space\n"
+                                     "SPACE = Space(params={'lr': LogUniform(1e-3, 1e-2), "
+                                     "'batch_size': IntUniform(63, 65)}, strategy='random', num_samples=2, "
+                                     "max_epochs=1, cpus_per_trial=1)\n")
+    refused(capsys, run.main, ["--space", str(tmp_path / "odd.py"), "--smoke", "--workers-per-trial", "2",
+                               "--cpus-per-trial", "2", "--data-dir", str(tmp_path / "data"),
+                               "--results-dir", str(tmp_path / "r")],
+            "batch_size IntUniform(63, 65) draws sizes that do not split evenly over 2 ranks",
+            "Choice([32, 64, 128, 256])")
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_fixed_batch_size_must_split_too(capsys, tmp_path, ray_2cpus):
     # cifar_mo fixes batch_size 256: every trial's three ranks once failed on it, three times each.
     refused(capsys, run.main, ["--space", "cifar_mo", "--smoke", "--workers-per-trial", "3", "--cpus-per-trial",

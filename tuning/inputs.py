@@ -263,6 +263,10 @@ def resources(space: spaces.Space, cluster: dict, cpus, gpus, workers) -> tuple[
     if ranks > 1 and isinstance(batch, spaces.Choice) and any(int(b) % ranks for b in batch.values):
         raise UsageError(f"batch_size choices {list(batch.values)} do not all split evenly over {ranks} "
                          "ranks (batch_size is the global batch): use a rank count that divides them")
+    if ranks > 1 and isinstance(batch, (spaces.IntUniform, spaces.IntLogUniform)):  # consecutive sizes: some odd
+        raise UsageError(f"batch_size {type(batch).__name__}({batch.low}, {batch.high}) draws sizes that do not split "
+                         f"evenly over {ranks} ranks (batch_size is the global batch): search a Choice of multiples "
+                         f"of {ranks}, e.g. Choice({[b for b in (32, 64, 128, 256) if b % ranks == 0]})")
     if ranks > 1 and batch is None and spaces.whole(fixed) and int(fixed) % ranks:
         raise UsageError(f"the fixed batch_size {fixed} does not split evenly over {ranks} ranks (batch_size is "
                          "the global batch): use a rank count that divides it")
