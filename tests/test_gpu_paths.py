@@ -111,6 +111,18 @@ def test_unknown_precision_is_one_line_and_exit_2(capsys, tmp_path):
            "auto, bf16, fp32")
     assert not (tmp_path / "r").exists()
     _fails(capsys, ["--space", "counting_ones", "--precision", "bf16"], "--precision is for the cifar trainer")
+    # Searched, an unknown value failed each of its trials at run time; from Python the keyword is named.
+    searched = tmp_path / "searched.py"
+    searched.write_text("from tuning.spaces import Choice, LogUniform, Space\n"
+                        "SPACE = Space(params={'lr': LogUniform(1e-3, 1e-2), 'precision': Choice(['fp32', 'fp16'])},"
+                        " strategy='random', num_samples=2, max_epochs=1, gpus_per_trial=0)\n")
+    _fails(capsys, ["--space", str(searched), "--results-dir", str(tmp_path / "s")],
+           "precision searches 'fp16', which the cifar trainer does not know: use values of auto, bf16, fp32")
+    assert not (tmp_path / "s").exists()
+    import tuning
+
+    with pytest.raises(tuning.TuningError, match=r"^precision 'fp16' unknown: use one of auto, bf16, fp32$"):
+        tuning.search(space="cifar_random", precision="fp16", results_dir=tmp_path / "p")
 
 
 @pytest.mark.slow  # minutes: make test-all

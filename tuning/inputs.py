@@ -281,11 +281,16 @@ def precision(space: spaces.Space, flag: str | None) -> str | None:
             why = "searches precision" if space.trainer == "cifar" else f"trains {spaces.trainer_name(space.trainer)}"
             raise UsageError(f"--precision is for the cifar trainer's fixed setting; {space.name or 'the space'} "
                              f"{why}: drop it")
+        searched = space.params.get("precision") if space.trainer == "cifar" else None
+        unknown = [v for v in getattr(searched, "values", ()) if v not in contract.PRECISIONS]
+        if unknown:  # each trial of it failed at run time
+            raise spaces.SpaceError(f"{space.name or 'the space'}: precision searches {unknown[0]!r}, which the "
+                                    f"cifar trainer does not know: use values of {', '.join(contract.PRECISIONS)}")
         return None
     value = flag or space.fixed.get("precision", "auto")
     if value not in contract.PRECISIONS:
-        raise spaces.SpaceError(f"{space.name}: fixed precision {value!r} unknown: use one of "
-                                f"{', '.join(contract.PRECISIONS)}")
+        where = "--precision" if flag else f"{space.name or 'the space'}: fixed precision"
+        raise spaces.SpaceError(f"{where} {value!r} unknown: use one of {', '.join(contract.PRECISIONS)}")
     return value
 
 
