@@ -262,7 +262,7 @@ def test_a_trainer_whose_metric_is_nan_forever(ray_here, tmp_path, capsys):
     trials = pd.read_csv(tmp_path / "r" / "trials.csv")
     assert trials["diverged"].all() and (trials["epochs"] == 1).all()  # stopped at the first NaN
     assert (trials["score"] == -1e6).all()  # the worst case under mode max, not +1e6
-    assert "No trial reported a usable score (2 diverged)" in out
+    assert "No trial reported a usable score (2 diverged: their score turned NaN or infinite): narrow the ranges" in out
     ended = [line for line in out.splitlines() if line.startswith("Ended after")]
     assert ended and "best" not in ended[-1], ended  # the stand-in -1e6 is no one's best
     assert not (tmp_path / "r" / "best_config.json").exists()

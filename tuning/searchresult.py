@@ -108,6 +108,10 @@ class SearchResult:
         if b is None:
             if self.status != "finished" and (self.trials.empty or not (self.trials["epochs"] > 0).any()):
                 return ["No trial reported a result before the run stopped."]  # not the trainer's fault
+            if r.diverged and r.diverged >= r.trials - r.failed:  # a range that only diverges
+                return [f"No trial reported a usable {r.metric} ({r.diverged} diverged: their {r.metric} turned NaN "
+                        "or infinite): narrow the ranges that make training unstable, the learning rate's first, "
+                        "and run again (docs/troubleshooting.md)"]
             diverged = f" ({r.diverged} diverged)" if r.diverged else ""
             return [f"No trial reported a usable {r.metric}{diverged}."]
         cfg = ", ".join(f"{p}={v:.4g}" if isinstance(v, float) else f"{p}={v}" for p, v in b.config.items())
