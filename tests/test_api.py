@@ -464,3 +464,13 @@ def test_one_warm_start_folder_as_a_string_and_a_missing_resume_folder_in_python
     with pytest.raises(tuning.TuningError) as err:
         tuning.resume(tmp_path / "gone")
     assert str(err.value).startswith("results_dir: ") and "--" not in str(err.value)
+
+
+def test_a_first_rung_at_the_full_budget_is_said(tmp_path, caplog):
+    """grace_period 5 over 3 epochs ran ASHA as random search without a word."""
+    used = tmp_path / "r"
+    used.mkdir()
+    (used / "x").write_text("")  # refused after the plan is made, before anything starts
+    with caplog.at_level("WARNING", logger="tuning.api"), pytest.raises(tuning.TuningError):
+        tuning.search(None, score_space().replace(grace_period=5, max_epochs=3), strategy="asha", results_dir=used)
+    assert "grace_period 5 is not below max_epochs 3: asha stops no trial early" in caplog.text
