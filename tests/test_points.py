@@ -53,6 +53,9 @@ def test_they_run_before_a_warm_starts_configurations(ray_here, tmp_path):
     capped = tuning.search(None, choice_space(num_samples=2), strategy="random", seed=7, points_to_evaluate=MINE[:1],
                            warm_start=[earlier.results_dir], results_dir=tmp_path / "c")
     assert len(capped.trials) == 2
+    # run.json's warm start lists the configurations that ran (it listed all three earlier ones).
+    warm = json.loads((tmp_path / "c" / "run.json").read_text())["warm_start"]["configs"]
+    assert len(warm) == 1 and warm[0]["lr"] in set(capped.trials["lr"])
 
 
 @pytest.mark.parametrize("given, needle", [

@@ -115,6 +115,10 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         data_args={"kind": data or ("synthetic" if smoke else "auto"), "data_dir": str(Path(data_dir).expanduser().absolute()),
                    "seed": seed, "synthetic_train": small.get("synthetic_train", 50_000),
                    "synthetic_test": small.get("synthetic_test", 10_000)})
+    if rec.warm_start and rec.warm_start.get("configs"):  # run.json lists those that run: within num_samples
+        mine = rec.points_to_evaluate or []
+        rec.warm_start["configs"] = [c for c in rec.warm_start["configs"] if c not in mine][
+            :max(rec.num_samples - len(mine), 0)]
     if strategy in ("asha", "median") and space.grace_period >= rec.max_epochs > 1:
         log.warning("grace_period %d is not below max_epochs %d: %s stops no trial early and runs as random search; "
                     "lower the space's grace_period", space.grace_period, rec.max_epochs, strategy)
