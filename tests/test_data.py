@@ -290,3 +290,16 @@ def test_a_damaged_synthetic_file_is_written_again_before_a_run(tmp_path, caplog
         data.prepare("synthetic", tmp_path, seed=0, synthetic_train=500, synthetic_test=100)
     assert batch.read_bytes() == original
     assert "replacing data_batch_2 (damaged: they fail their md5 check)" in caplog.text
+
+
+@pytest.mark.parametrize("kind", ["auto", "cifar10"])
+def test_a_batches_folder_without_batches_meta_is_refused_naming_it(tmp_path, kind, monkeypatch):
+    """Without batches.meta the folder was not taken for CIFAR-10's: auto wrote synthetic images inside
+    it, and cifar10 looked for cifar-10-batches-py/cifar-10-batches-py."""
+    monkeypatch.setenv("TUNING_NO_DOWNLOAD", "1")
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    (folder / "data_batch_1").write_bytes(b"x")
+    with pytest.raises(data.DataError, match=rf"CIFAR-10 in {folder} is damaged: .*batches.meta missing"):
+        data.prepare(kind, folder, seed=0)
+    assert sorted(p.name for p in folder.iterdir()) == ["data_batch_1"]

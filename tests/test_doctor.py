@@ -5,6 +5,7 @@ tests/test_cluster.py.)"""
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +62,24 @@ def test_doctor_judges_a_data_dir_as_a_run_does(tmp_path):
     folder.mkdir()
     (folder / "batches.meta").write_bytes(b"not CIFAR")
     assert f"CIFAR-10 in {folder} is damaged" in data_line(doctor.check_data(folder))
+
+
+def test_doctor_fails_data_and_results_dirs_a_run_would_refuse(tmp_path):
+    """It said "All checks passed" for a damaged tarball, folders nothing can be written in, and a
+    batches folder without batches.meta (whose fix, to unpack the tarball into it, nested the folder)."""
+    (tmp_path / "tar").mkdir()
+    (tmp_path / "tar" / "cifar-10-python.tar.gz").write_bytes(b"not a tarball")
+    assert data_line(doctor.check_data(tmp_path / "tar")) == (
+        f"FAIL data: {tmp_path / 'tar' / 'cifar-10-python.tar.gz'} fails its md5 check (corrupt or partial download)")
+    folder = tmp_path / "no-meta" / "cifar-10-batches-py"
+    folder.mkdir(parents=True)
+    (folder / "data_batch_1").write_bytes(b"x")
+    line = data_line(doctor.check_data(folder))
+    assert line.startswith(f"FAIL data: CIFAR-10 in {folder} is damaged") and "batches.meta" in line
+    if Path("/proc").is_dir():  # a folder nothing can be made in, for root too
+        assert data_line(doctor.check_data(Path("/proc/tuning-data"))).startswith(
+            "FAIL data: no CIFAR-10 in /proc/tuning-data, and /proc cannot be written")
+        assert data_line(doctor.check_disk(Path("/proc/tuning-results"))).startswith("FAIL disk: /proc cannot be written")
 
 
 def data_line(lines: list[dict]) -> str:

@@ -171,11 +171,35 @@ def check_data(data_dir: Path) -> list[dict]:
         return [_line(OK, "data", f"real CIFAR-10 in {data_dir}, every file's md5 verified")]
     if (data_dir / "cifar-10-batches-py").exists():
         return [_line(FAIL, "data", data.damaged(problems), "copy or download CIFAR-10 again (docs/data.md)")]
-    if (data_dir / "cifar-10-python.tar.gz").is_file():
-        return [_line(OK, "data", f"cifar-10-python.tar.gz in {data_dir}: a run unpacks it, once its md5 is verified")]
+    tarball = data_dir / "cifar-10-python.tar.gz"
+    if tarball.is_file():
+        from torchvision.datasets.utils import check_integrity
+
+        if not check_integrity(str(tarball), data._cifar10().tgz_md5):  # what a run checks before unpacking it
+            return [_line(FAIL, "data", f"{tarball} fails its md5 check (corrupt or partial download)",
+                          "copy or download it again (docs/data.md)")]
+        return [_line(OK, "data", f"cifar-10-python.tar.gz in {data_dir}: a run unpacks it, its md5 verified")]
+    where = _unwritable(data_dir)
+    if where:  # a run would write its synthetic images there
+        return [_line(FAIL, "data", f"no CIFAR-10 in {data_dir}, and {where}: a run cannot write synthetic images "
+                      "there either", "give --data-dir a folder you can write, or one holding CIFAR-10")]
     return [_line(WARN, "data", f"no CIFAR-10 in {data_dir}: runs download it if they can, else use "
                   "synthetic images (accuracies then say nothing about CIFAR-10)",
-                  f"unpack cifar-10-python.tar.gz into {data_dir}")]
+                  f"put CIFAR-10's files in {data_dir}" if data_dir.name == "cifar-10-batches-py"
+                  else f"unpack cifar-10-python.tar.gz into {data_dir}")]
+
+
+def _unwritable(folder: Path) -> str | None:
+    """Why nothing can be written in folder (or where it would be made), or None: tried, not guessed
+    from permissions (root, read-only mounts and immutable folders each answer otherwise)."""
+    here = folder
+    while not here.exists():
+        here = here.parent
+    try:
+        with tempfile.NamedTemporaryFile(dir=here, prefix=".doctor-"):
+            return None
+    except OSError as exc:
+        return f"{here} cannot be written ({exc.strerror or exc})"
 
 
 def check_disk(results_dir: Path) -> list[dict]:
@@ -185,6 +209,9 @@ def check_disk(results_dir: Path) -> list[dict]:
     if not here.is_dir():  # tuning.run refuses it
         return [_line(FAIL, "disk", f"{here} is a file: no results dir can be made under it",
                       "give --results-dir a folder")]
+    where = _unwritable(here)
+    if where:  # tuning.run refuses it
+        return [_line(FAIL, "disk", where, "give --results-dir a folder you can write")]
     free = shutil.disk_usage(here).free / 2**30
     if free < MIN_FREE_GB:
         return [_line(FAIL, "disk", f"{free:.1f} GB free at {here}",

@@ -83,7 +83,8 @@ def data_root(data_dir: str | os.PathLike) -> Path:
     and every guide name the folder above it), else itself, absolute."""
     data_dir = Path(data_dir).absolute()
     base = _cifar10().base_folder
-    if data_dir.name == base and (data_dir / "batches.meta").exists() and not (data_dir / base).exists():
+    names = ("batches.meta", "test_batch", *(f"data_batch_{i}" for i in range(1, 6)))
+    if data_dir.name == base and any((data_dir / n).exists() for n in names) and not (data_dir / base).exists():
         log.info("%s is CIFAR-10's own folder: reading it from %s", data_dir, data_dir.parent)
         return data_dir.parent
     return data_dir
