@@ -168,11 +168,26 @@ def test_a_killed_run_without_tables_gets_its_report_from_results_jsonl(co_run, 
     assert all((d / f).exists() for f in runreport.FIGURES.values())
 
 
+@pytest.mark.parametrize("damage", ["deleted", "parquet-unreadable"])
+def test_a_finished_runs_lost_or_damaged_table_is_made_again(co_run, tmp_path, capsys, damage):
+    """With its trials tables deleted, the report said to --resume a run that had finished (refused);
+    with trials.parquet unreadable, it failed though trials.csv beside it was whole."""
+    d = _copy(co_run[1], tmp_path)
+    if damage == "deleted":
+        for f in d.glob("trials.*"):
+            f.unlink()
+    else:
+        (d / "trials.parquet").write_bytes(b"junk")
+    assert report.main([str(d)]) == 0, capsys.readouterr().err
+    md = (d / "report.md").read_text()
+    assert "Status: finished" in md and all(t in md for t in pd.read_csv(co_run[1] / "trials.csv")["trial_id"])
+
+
 @pytest.mark.parametrize("setup", ["no-trials", "bad-run-json", "empty-dir"])
 def test_bad_run_dir_exits_2_with_one_line(co_run, tmp_path, capsys, setup):
     d = _copy(co_run[1], tmp_path)
-    if setup == "no-trials":  # a run that has not written its tables
-        for f in d.glob("trials.*"):
+    if setup == "no-trials":  # a run that has not written its tables, nor a result
+        for f in [*d.glob("trials.*"), d / results.ROWS_FILE]:
             f.unlink()
     elif setup == "bad-run-json":
         (d / "run.json").write_text("{not json")

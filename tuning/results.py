@@ -369,6 +369,12 @@ def read_table(folder: Path, name: str) -> pd.DataFrame | None:
     try:  # pandas 3 parses floats exactly: a value read from the CSV is the one written, to the last bit
         return pd.read_parquet(path) if path == parquet else pd.read_csv(path, dtype=ID_COLUMNS)
     except Exception as exc:  # pyarrow and the CSV parser raise many types; any of them means unreadable
+        if path == parquet and csv.exists():  # the same table, written beside it
+            log.warning("%s cannot be read (%s): reading %s", parquet, type(exc).__name__, csv.name)
+            try:
+                return pd.read_csv(csv, dtype=ID_COLUMNS)
+            except Exception:
+                pass
         raise ReadError(path, exc) from None
 
 
