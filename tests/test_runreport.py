@@ -19,7 +19,7 @@ import pytest
 
 from conftest import run_cli
 from report_helpers import assert_renders_in_chromium, dom_in_chromium, needs_chromium
-from tuning import results, spacejson, spaces
+from tuning import progress, results, spacejson, spaces
 from tuning.report import comparison as report
 from tuning.report import fanova, runplots, runreport
 from tuning.record import RunRecord
@@ -156,9 +156,15 @@ def test_a_killed_run_without_tables_gets_its_report_from_results_jsonl(co_run, 
     cut = rows[0]["trial_id"]  # cut off after epoch 2 of 3
     rows = [r for r in rows if not (r["trial_id"] == cut and r["training_iteration"] == 3)]
     (d / results.ROWS_FILE).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    progress.write(d / progress.PROGRESS_FILE, progress.estimate(
+        done=0, done_at_start=0, planned=9, elapsed_s=0.0, epoch_s=[], at_once=1, best=None),
+        "Progress: 0/9 epochs (0 %), 0 s elapsed, estimating", finished=False)
     assert report.main([str(d)]) == 0, capsys.readouterr().err
     md = (d / "report.md").read_text()
     assert "Status: stopped before writing its tables (killed or crashed; run.json still says 'running')" in md
+    # A progress line from early in the run said 0 epochs done: the report says it is stale.
+    assert "The last progress line the run wrote, before it stopped: Progress: 0/" in md
+    assert f"; {len(rows)} epochs are recorded" in md
     section = md[md.index("## Trials"):md.index("## Provenance")]
     lines = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(lines) == SAMPLES and all(t in section for t in {r["trial_id"] for r in rows})

@@ -317,7 +317,10 @@ def write_report(run_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame, plan
     kw = dict(max_epochs=plan.max_epochs, seed=plan.seed or 0, epochs=epochs)
     imps = (front.importances(trials, g, decls, **kw) if mo else
             {metric: fanova.importance(trials, decls, metric=metric, mode=mode, **kw)})
-    blocks = _blocks(trials, epochs, plan, decls, figures, imps, live, progress.read_line(run_dir), g, mo)
+    line = progress.read_line(run_dir)
+    if line and not live and line.startswith("Progress:"):  # a run killed before its last line: it is stale
+        line = f"The last progress line the run wrote, before it stopped: {line}; {len(epochs)} epochs are recorded"
+    blocks = _blocks(trials, epochs, plan, decls, figures, imps, live, line, g, mo)
     md, page = run_dir / "report.md", run_dir / "report.html"
     results.write_text(md, render_markdown(blocks))
     head = _live_head(run_dir, time.time()) if live else ""
