@@ -474,3 +474,10 @@ def test_a_first_rung_at_the_full_budget_is_said(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="tuning.api"), pytest.raises(tuning.TuningError):
         tuning.search(None, score_space().replace(grace_period=5, max_epochs=3), strategy="asha", results_dir=used)
     assert "grace_period 5 is not below max_epochs 3: asha stops no trial early" in caplog.text
+
+
+def test_a_count_read_back_as_a_float_is_printed_whole():
+    from tuning import searchresult
+
+    # num_params became a float where some trial lacked it, and the summary said 144602.0000.
+    assert searchresult._fmt(144602.0) == "144602" and searchresult._fmt(0.25) == "0.2500"

@@ -90,6 +90,9 @@ def test_malformed_space(capsys, workdir, case):
      ["--warm-start: /no/such/run: no such folder; give the results dir of a tuning.run"]),
     (["--space", "counting_ones", "--strategy", "grid", "--warm-start", "/no/such/run"],
      ["grid search walks its fixed"]),
+    # Each was ignored without a word, or '' taken as the current folder.
+    (["--space", "fcnet", "--data", "cifar10"], ["--data is for the cifar trainer's images; fcnet trains"]),
+    (["--space", "cifar_asha", "--data-dir", ""], ["--data-dir '' names no folder"]),
 ])
 def test_bad_flags(capsys, workdir, argv, needles):
     _refused(capsys, argv + ["--results-dir", str(workdir / "new")], workdir, *needles)
@@ -197,6 +200,12 @@ def test_resume_of_a_finished_experiment(capsys, workdir):
 
 def test_results_dir_with_results_in_it(capsys, workdir):
     _refused(capsys, ["--space", "cifar_asha", "--results-dir", str(workdir / "earlier")], workdir, "not empty")
+
+
+def test_results_dir_that_is_a_file_or_empty(capsys, workdir):
+    _refused(capsys, ["--space", "cifar_asha", "--results-dir", str(workdir / "earlier" / "trials.csv")], workdir,
+             "trials.csv is a file: choose a new --results-dir, a folder")  # was "is not empty ... --resume it"
+    _refused(capsys, ["--space", "cifar_asha", "--results-dir", ""], workdir, "--results-dir '' names no folder")
 
 
 def test_results_dir_that_cannot_be_written(capsys, workdir):

@@ -85,6 +85,12 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     refusal = objective_rules.strategy_refusal(space, strategy)
     if refusal:
         raise UsageError(refusal)
+    if data is not None and space.trainer != "cifar":  # else ignored without a word, as --precision is not
+        raise UsageError(f"--data is for the cifar trainer's images; {space.name or 'the space'} trains "
+                         f"{spaces.trainer_name(space.trainer)}: drop it")
+    for flag, value in (("results_dir", results_dir), ("data_dir", data_dir)):
+        if value is not None and not str(value).strip():  # '' was the current folder, or the default, silently
+            raise UsageError(f"--{flag.replace('_', '-')} '' names no folder: give one, or leave it out")
     small = smoke_sizes(strategy) if smoke else {}
     for flag, value, low in (("num_samples", num_samples, 1), ("max_epochs", max_epochs, 1),
                              ("workers_per_trial", workers_per_trial, 1), ("seed", seed, 0),

@@ -187,7 +187,9 @@ def refuse_used_results_dir(path: Path) -> None:
     """Refuse a results dir that holds anything, or that another run holds, touching nothing."""
     if path.is_dir() and (path / ".lock").exists():
         lock(path).release()  # refuses if another run holds it
-    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"results dir {path} is a file: choose a new --results-dir, a folder")
+    if path.exists() and any(path.iterdir()):
         raise UsageError(f"results dir {path} already exists and is not empty: choose a new --results-dir "
                          "so no earlier result is overwritten (or --resume it if it is unfinished)")
 

@@ -155,6 +155,8 @@ class SearchResult:
 
 
 def _fmt(v) -> str:
+    if isinstance(v, float) and v.is_integer() and abs(v) >= 1000:  # a count read back as a float (num_params)
+        return str(int(v))
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 

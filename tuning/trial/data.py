@@ -161,7 +161,8 @@ def prepare(kind: str, data_dir: str | os.PathLike, *, seed: int = 0, synthetic_
             why = f"downloads are off ({NO_DOWNLOAD_ENV}=1)" if downloads_refused() else "it cannot be downloaded"
             raise DataError(
                 f"CIFAR-10 not found under {data_dir}/cifar-10-batches-py and {why}: "
-                f"copy cifar-10-python.tar.gz there and unpack it (docs/data.md), or use --data synthetic")
+                f"copy cifar-10-python.tar.gz into {data_dir} and unpack it there (docs/data.md), or use --data "
+                "synthetic")
     elif kind != "synthetic":
         raise DataError(f"unknown data kind {kind!r}: use auto, cifar10 or synthetic")
     root = synthetic_root(data_dir, seed=seed, n_train=synthetic_train, n_test=synthetic_test)
