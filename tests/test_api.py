@@ -481,3 +481,12 @@ def test_a_count_read_back_as_a_float_is_printed_whole():
 
     # num_params became a float where some trial lacked it, and the summary said 144602.0000.
     assert searchresult._fmt(144602.0) == "144602" and searchresult._fmt(0.25) == "0.2500"
+
+
+def test_on_epoch_given_a_number_is_told_to_pass_a_dict_in_one_sentence(ray_here, tmp_path):
+    """The line ran on with ": report 'loss' as a number ..., or set the space's metric", beside the fix."""
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:reports_a_number",
+                         metric="loss", strategy="random", num_samples=1, max_epochs=2, gpus_per_trial=0)
+    with pytest.raises(tuning.TuningError) as err:
+        tuning.search(None, space, results_dir=tmp_path / "r")
+    assert str(err.value).startswith("on_epoch got float for metrics: pass a dict such as {'loss': 0.5}; the run")

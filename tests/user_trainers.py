@@ -165,3 +165,9 @@ def reports_tunes_own_keys(*, lr, epochs, state=None, on_epoch):
     """Ray-style habits: done=True on every report, a 0-based training_iteration."""
     for e in _epochs(state, epochs):
         on_epoch({"loss": lr / (e + 1), "done": True, "training_iteration": e}, {"epoch": e + 1})
+
+
+def reports_a_number(*, lr, epochs, state=None, on_epoch):
+    """Optuna's habit: trial.report(value, step)."""
+    for e in _epochs(state, epochs):
+        on_epoch(lr, e)

@@ -195,10 +195,11 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
     reported = [restored_epoch]
 
     def report(metrics: dict, state: dict | None = None, written: str | None = None, returned: bool = False) -> None:
+        given_a_dict = isinstance(metrics, dict)
         metrics, wrong = contract.plain_metrics(metrics, metric)
         # The space's own metrics never clash (tuning.spaces refuses it); another one may (lr).
         metrics = {results.kept_as(k, taken): v for k, v in metrics.items()}
-        if wrong is not None:
+        if wrong is not None and given_a_dict:  # else the line already says to pass a dict
             wrong += (f": report {metric!r} as a number (to on_epoch, or in the dict the trainer returns), or set "
                       "the space's metric to one it reports")
         for other in others if wrong is None else ():
