@@ -48,9 +48,10 @@ def test_a_table_reads_back_the_same_from_parquet_and_from_csv_ids_as_text(tmp_p
 
 
 def _damage(folder):
-    # The parquet is read where there is one, so a damaged one is refused even beside a good CSV.
-    (folder / "epochs.parquet").write_bytes(b"PAR1 cut short\nby a full disk")
-    (folder / "runs.parquet").write_bytes(b"PAR1 cut short\nby a full disk")
+    # A damaged parquet with no CSV beside it to read instead (one beside it is read: below).
+    for name in ("epochs", "runs"):
+        (folder / f"{name}.parquet").write_bytes(b"PAR1 cut short\nby a full disk")
+        (folder / f"{name}.csv").unlink(missing_ok=True)
 
 
 @pytest.mark.parametrize("reader,error", [(runreport.load, analysis.ReportError),
@@ -65,6 +66,13 @@ def test_a_damaged_table_is_one_line_naming_it_in_every_reader(tmp_path, reader,
         reader(str(folder) if reader is replay.read else folder)
     message = str(caught.value)
     assert len(message.splitlines()) == 1 and "cannot read" in message and str(folder) in message
+
+
+def test_a_damaged_parquet_beside_a_whole_csv_reads_the_csv(tmp_path):
+    # tuning.report refused a run whose trials.parquet was unreadable though trials.csv beside it was whole.
+    folder = _run(tmp_path / "run")
+    (folder / "epochs.parquet").write_bytes(b"PAR1 cut short")
+    pd.testing.assert_frame_equal(results.read_table(folder, "epochs"), EPOCHS)
 
 
 def test_files_meant_for_committing_name_paths_inside_the_working_folder_relatively(tmp_path, monkeypatch):
