@@ -201,9 +201,9 @@ def test_tags_say_what_the_last_segment_found(ray_here, tmp_path):
     folder = tmp_path / "r"
     space = tuning.Space(name="tags", params={"lr": tuning.Uniform(0.0, 1.0)},
                          trainer="user_trainers:slow_unless_it_fails", metric="loss", strategy="random",
-                         max_epochs=150, num_samples=2, gpus_per_trial=0)
+                         max_epochs=90, num_samples=2, gpus_per_trial=0)
     first = tuning.search(None, space, points_to_evaluate=[{"lr": 0.9}, {"lr": 0.1}], max_failures=0,
-                          time_budget="5s", results_dir=folder, mlflow=True)  # 15 s of epochs: none ends
+                          time_budget="5s", results_dir=folder, mlflow=True)  # 9 s of epochs: none ends
     assert first.status == "time budget spent" and first.best.note
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     assert "best_note" in _runs(uri, space.name)[0][0].data.tags
