@@ -391,8 +391,8 @@ def test_a_resume_without_tunes_saved_state_is_refused_and_nothing_is_lost(ray_h
     """Tune, finding no state (or an unreadable one), logged an error and started every trial again
     under new ids: the tables lost the earlier trials, and the run ended 'finished' with exit 0."""
     space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:slow", metric="loss",
-                         strategy="random", num_samples=2, max_epochs=50, gpus_per_trial=0)
-    first = tuning.search(None, space, time_budget="3s", results_dir=tmp_path / "r")  # 5 s of epochs a trial
+                         strategy="random", num_samples=1, max_epochs=40, gpus_per_trial=0)
+    first = tuning.search(None, space, time_budget="3s", results_dir=tmp_path / "r")  # 4 s of epochs
     assert first.status == "time budget spent" and len(first.epochs)
     states = sorted((tmp_path / "r" / "tune").glob("experiment_state-*.json"))
     kept = {p: p.read_bytes() for p in states}
@@ -429,7 +429,7 @@ def test_callable_objects_partials_and_lambdas_are_trainers(ray_here, tmp_path):
     import functools
 
     space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, metric="score", mode="max", strategy="random",
-                         num_samples=2, max_epochs=1, gpus_per_trial=0)
+                         num_samples=1, max_epochs=1, gpus_per_trial=0)
     trainers = {"object": _Shifted(0.5), "partial": functools.partial(_needs_data, data_dir="/data"),
                 "lambda": lambda *, lr: {"score": lr}}
     for kind, trainer in trainers.items():

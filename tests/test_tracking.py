@@ -194,6 +194,7 @@ def test_mlflow_alone_logs_to_sqlite_in_the_results_dir_and_add_samples_continue
     assert parents[0].data.tags["extensions"] == "1"
 
 
+@pytest.mark.slow  # make test-all: two segments of 9 s of epochs
 def test_tags_say_what_the_last_segment_found(ray_here, tmp_path):
     """A finished child was tagged failure=nan beside a failed one; a resume whose best reached the full
     budget kept the first segment's best_note."""
