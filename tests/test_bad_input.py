@@ -149,7 +149,11 @@ def test_an_address_that_is_no_gcs_is_refused_at_once(capsys, workdir, address, 
         def log_message(self, *args):  # its own lines on stderr are not the command's
             pass
 
-    web = http.server.HTTPServer(("127.0.0.1", 0), Quiet)
+    class QuietServer(http.server.HTTPServer):
+        def handle_error(self, request, client_address):  # a probe that hangs up mid-request: not the command's line
+            pass
+
+    web = QuietServer(("127.0.0.1", 0), Quiet)
     threading.Thread(target=web.serve_forever, daemon=True).start()
     try:
         given = address.replace("WEB", f"127.0.0.1:{web.server_port}")
