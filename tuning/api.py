@@ -130,7 +130,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
                     "lower the space's grace_period", space.grace_period, rec.max_epochs, strategy)
     if returns:  # one report per trial, its full budget; the trainer is still passed the declared epochs
         rec.trainer_epochs, rec.max_epochs = rec.max_epochs, 1
-    label = _label(space)
+    label = _label(space.name, space.trainer)
     # Absolute with ".." folded (not through symlinks): a refusal removes the folders made, walking up from it.
     # ~ as a shell would expand it: quoted, or in --results-dir=~/x, it reached us as a folder named ~.
     folder = Path(os.path.abspath(os.path.expanduser(results_dir or
@@ -220,14 +220,14 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
         lock.release()
 
 
-def _label(space: spaces.Space) -> str:
+def _label(name: str, trainer) -> str:
     """What names the results folder and the MLflow experiment: the space's name; else, for a trainer
     defined in the script being run (python examples/digits_torch.py), the script's, as tuning.run
     --space examples/digits_torch.py names it; else the trainer's (a notebook's function: `train`)."""
     main = sys.modules.get("__main__")
-    if not space.name and getattr(space.trainer, "__module__", None) == "__main__" and getattr(main, "__file__", None):
+    if not name and getattr(trainer, "__module__", None) == "__main__" and getattr(main, "__file__", None):
         return Path(main.__file__).stem
-    return Path(space.name or spaces.trainer_name(space.trainer).rpartition(":")[2]).stem
+    return Path(name or spaces.trainer_name(trainer).rpartition(":")[2]).stem
 
 
 def _stop_ray_unless(ray_was_running: bool) -> None:
@@ -258,7 +258,7 @@ def _resume_tracking(rec: records.RunRecord, folder: Path, mlflow, experiment: s
     """Where a resume logs: a URI given now (checked as at a start), else where the run logged
     before. A recorded server that is down now does not stop the resume: the search goes on and
     the summary says what could not be logged."""
-    label = Path(rec.space or spaces.trainer_name(rec.trainer).rpartition(":")[2]).stem
+    label = _label(rec.space, rec.trainer)
     mine = rec.mlflow
     if mlflow is not None or mine is None:
         return tracking_store.check(mlflow, experiment, label, folder)
