@@ -135,9 +135,15 @@ def test_doctor_fails_what_a_run_would_refuse_or_wait_on_for_ever(tmp_path):
         "FAIL live trial: not run: no node of the cluster has a CPU for a trial")
 
 
-def test_a_json_file_that_cannot_be_written_leaves_the_checks_on_screen(tmp_path):
+def test_a_json_file_that_cannot_be_written_is_refused_before_any_check_runs(tmp_path):
+    """--json names a file written at the end: a folder that is a file, does not exist, or is the
+    name itself is refused first, not after every check ran (18 s, and exit 2 hid their exit 1)."""
     (tmp_path / "afile").write_text("")
-    done = _doctor("--no-live", "--data-dir", str(tmp_path), "--json", str(tmp_path / "afile" / "doc.json"))
-    assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "OK    ray" in done.stdout  # every check printed before the file failed
-    assert done.stderr.strip().splitlines()[-1].startswith(f"tuning.doctor: error: cannot write {tmp_path / 'afile'}")
+    for path, says in ((tmp_path / "afile" / "doc.json", f"{tmp_path / 'afile'} is a file, not a folder"),
+                       (tmp_path / "no" / "doc.json", f"{tmp_path / 'no'} does not exist"),
+                       (tmp_path, "is a folder: give a file name in it")):
+        done = _doctor("--no-live", "--data-dir", str(tmp_path), "--json", str(path))
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert done.stdout == ""  # no check ran
+        line, = done.stderr.strip().splitlines()
+        assert line.startswith("tuning.doctor: error: argument --json") and says in line, line

@@ -176,6 +176,24 @@ def _writable_folder(path: Path, value: str) -> Path:
     return path
 
 
+def output_file(value: str) -> Path:
+    """A file a command writes when its work is done (doctor --json), as argparse `type=`: a name in
+    a folder that exists and this process can write in (probed), not a folder itself, so that the
+    work is not done for nothing."""
+    path = Path(value).expanduser().absolute()
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{value} is a folder: give a file name in it, e.g. {Path(value) / 'checks.json'}")
+    if not path.parent.is_dir():
+        what = "is a file, not a folder" if path.parent.exists() else "does not exist"
+        raise argparse.ArgumentTypeError(f"{value}: {path.parent} {what}: give a file in a folder you can write")
+    try:
+        tempfile.TemporaryFile(dir=path.parent).close()
+    except OSError as exc:
+        raise argparse.ArgumentTypeError(f"{value}: cannot write in {path.parent} ({exc.strerror or exc}): give a "
+                                         "file in a folder you can write") from None
+    return path
+
+
 _stopped_by = signal.SIGINT  # the signal that stopped the command early: its exit status is 128 + it
 
 

@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data-dir", default="./data", help="where CIFAR-10 should be (default ./data)")
     p.add_argument("--results-dir", default="results", help="where results will go (default ./results)")
     p.add_argument("--no-live", action="store_true", help="skip the live one-trial run")
-    p.add_argument("--json", metavar="PATH", help="also write the checks to PATH as JSON, as gpucheck reads them")
+    p.add_argument("--json", metavar="PATH", type=cli.output_file, help="also write the checks to PATH as JSON, as gpucheck reads them")
     try:
         args = p.parse_args(argv)
     except cli.UsageError as exc:
@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     print(render(lines))
     if args.json:
         try:
-            results.write_json(Path(args.json), lines)
+            results.write_json(args.json, lines)
         except results.WriteError as exc:  # the checks are on the screen: only the file is missing
             print(f"tuning.doctor: error: {exc}", file=sys.stderr)
             return 2
