@@ -1,8 +1,12 @@
 """The files of a results folder read back by the one reader every report and the replay use: no Ray."""
 
+import subprocess
+import sys
+
 import pandas as pd
 import pytest
 
+from conftest import ROOT
 from tuning import record, results, spacejson, spaces
 from tuning.compare import recorded as replay
 from tuning.report import analysis, runreport
@@ -158,3 +162,13 @@ def test_the_summary_of_a_run_without_a_best_trial_says_why_and_how_to_go_on(tmp
         text = SearchResult(tmp_path, status, unstarted, pd.DataFrame(), None, rec, None).summary()
         assert f"python -m tuning.run --resume '{tmp_path}' --address 10.0.0.5:6379" in text
         assert f"tuning.resume({str(tmp_path)!r}, address='10.0.0.5:6379'" in text
+
+
+def test_the_machine_is_named_without_importing_torch():
+    """provenance.json's machine, written by every comparison: naming the GPUs must not import torch
+    (2 s) in a driver whose trainer never does (a table benchmark)."""
+    code = ("import sys; from tuning import provenance; m = provenance.machine()\n"
+            "assert isinstance(m['gpus'], list) and m['cpus'] and m['ray'], m\nprint('torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "False"
