@@ -119,9 +119,13 @@ def test_checkpoints_are_written_atomically(tmp_path):
     assert state["epoch"] == 1 and state["model"].keys() == model.state_dict().keys()
 
 
-def test_wrong_input_size_names_both_shapes():
-    with pytest.raises(ValueError, match=r"\(N, 3, 32, 32\).*\(1, 3, 28, 28\)"):
-        trainer.check_input(torch.zeros(1, 3, 28, 28))
+def test_wrong_input_size_names_both_shapes_and_the_split():
+    good, bad = data.Split(torch.zeros(8, 3, 32, 32), torch.zeros(8, dtype=torch.long)), \
+        data.Split(torch.zeros(6, 3, 28, 28), torch.zeros(6, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"\(N, 3, 32, 32\), got \(6, 3, 28, 28\) in the training split"):
+        trainer.train_cifar(lr=0.01, batch_size=4, epochs=1, train=bad, val=good)
+    with pytest.raises(ValueError, match=r"\(N, 3, 32, 32\), got \(6, 3, 28, 28\) in the validation split"):
+        trainer.train_cifar(lr=0.01, batch_size=4, epochs=1, train=good, val=bad)
 
 
 def _clone(state):

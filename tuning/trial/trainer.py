@@ -147,9 +147,10 @@ def make_optimizer(name: str, params, *, lr: float, weight_decay: float, momentu
     raise ValueError(f"optimizer {name!r} unknown: use 'adamw' or 'sgd'")
 
 
-def check_input(x: torch.Tensor) -> None:
+def check_input(x: torch.Tensor, split: str = "") -> None:
     if x.dim() != 4 or tuple(x.shape[1:]) != (3, 32, 32):
-        raise ValueError(f"the CIFAR model expects images of shape (N, 3, 32, 32), got {tuple(x.shape)}")
+        where = f" in the {split} split" if split else ""
+        raise ValueError(f"the CIFAR model expects images of shape (N, 3, 32, 32), got {tuple(x.shape)}{where}")
 
 
 def augment(x: torch.Tensor, flip: torch.Tensor, shifts: torch.Tensor, pad: int = PAD) -> torch.Tensor:
@@ -252,10 +253,11 @@ def train_cifar(*, lr: float, batch_size: int, epochs: int, train: Split, val: S
     if batch_size % world_size:
         raise ValueError(f"batch_size {batch_size} does not split evenly over {world_size} ranks")
     local_batch = batch_size // world_size
+    check_input(train.x, "training")
+    check_input(val.x, "validation")  # the latency and every evaluation run on it
     model, net, opt, start = _model(width, depth, optimizer, lr=lr, weight_decay=weight_decay, momentum=momentum,
                                     nesterov=nesterov, seed=seed, device=device, state=state, epochs=epochs,
                                     world_size=world_size)
-    check_input(train.x[:1])
     if device.type == "cuda":  # keep the whole split on the GPU, as airbench does: no per-batch copies
         train, val = Split(train.x.to(device), train.y.to(device)), Split(val.x.to(device), val.y.to(device))
     # The shuffle is the same permutation at every world size (seeded by seed + epoch); each rank
