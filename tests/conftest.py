@@ -16,14 +16,17 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 # `make test` runs the modules on two pytest-xdist workers, a module at a time (--dist loadfile, so
 # that a module's Ray and its runs stay in one process), in this order: the longest first, so that
 # the last module to start is a short one and neither worker idles while the other finishes a
-# minutes-long end-to-end run. The order is by each module's seconds in one serial run alone on the 2-core development machine,
-# 2026-12-03 (`--durations=0`); the migration and real-benchmark modules (2026-12-04) by their
-# minutes measured under load, placed by estimate; modules not named follow in their own order.
-LONGEST_FIRST = ("test_reliability.py", "test_compare.py", "test_migration_api.py", "test_smoke.py", "test_api.py",
-                 "test_real_experiments.py", "test_migration_strategies.py", "test_runreport.py",
-                 "test_growth.py", "test_strategies.py", "test_progress.py", "test_hyperband.py", "test_replay.py",
-                 "test_doctor.py", "test_tracking.py", "test_examples.py", "test_cifar_mo.py", "test_mo_input.py",
-                 "test_mo_example.py", "test_mo_strategies.py", "test_mo_report.py", "test_mo_compare.py")
+# minutes-long end-to-end run. The order is by each module's seconds in `make test ARGS=--durations=0`
+# (both workers busy, so the seconds include the other worker's load), 2026-12-07 on the 2-core
+# development machine; modules under 15 s follow in their own order.
+LONGEST_FIRST = ("test_real_experiments.py", "test_concurrency.py", "test_api.py", "test_compare.py", "test_smoke.py",
+                 "test_reliability.py", "test_progress.py", "test_growth.py", "test_examples.py", "test_cifar_mo.py",
+                 "test_objectives.py", "test_migration_strategies.py", "test_migration_api.py", "test_doctor.py",
+                 "test_runreport.py", "test_points.py", "test_hyperband.py", "test_mo_strategies.py",
+                 "test_strategies.py", "test_mo_report.py", "test_mo_input.py", "test_tracking.py", "test_replay.py",
+                 "test_bad_input.py", "test_prestarted.py", "test_conditions.py", "test_mo_example.py",
+                 "test_report_conditions.py", "test_rayinternals.py", "test_snapshots.py", "test_ddp.py",
+                 "test_tpe_async.py")
 
 
 def pytest_collection_modifyitems(config, items):
