@@ -2,6 +2,7 @@
 better) and no loss: every strategy, the same search from Python and from tuning.run, a function
 defined in a script's __main__, and each way a user's trainer goes wrong. Real Ray, real runs."""
 
+import dataclasses
 import json
 import os
 import re
@@ -407,6 +408,29 @@ def test_a_resume_without_tunes_saved_state_is_refused_and_nothing_is_lost(ray_h
     for p, data in kept.items():
         p.write_bytes(data)
     assert tuning.resume(tmp_path / "r", time_budget="1h").status == "finished"
+
+
+def test_a_resume_on_a_storage_path_checks_tunes_state_there(tmp_path):
+    """A run on --storage-path STORE keeps Tune's state in STORE/<results dir's name>: a resume
+    checks it there (it was left unchecked), and leaves a URI's to Ray."""
+    from tuning import inputs, record
+
+    run, store = tmp_path / "run", tmp_path / "store"
+    run.mkdir()
+    (run / "results.jsonl").write_text('{"trial_id": "a", "training_iteration": 1}\n')
+    rec = record.RunRecord(space="tiny", strategy="random", seed=0, num_samples=1, max_epochs=2, trainer="m:f",
+                           storage_path=str(store))
+    with pytest.raises(tuning.TuningError, match=rf"Tune's saved state \({store / 'run'}/experiment_state-\*\.json\)"):
+        inputs.check_tune_state(rec, run)
+    (store / "run").mkdir(parents=True)
+    (store / "run" / "experiment_state-2026-12-07_15-00-00.json").write_text("{}")
+    inputs.check_tune_state(rec, run)  # found where Tune keeps it: no refusal
+    (run / "tune").mkdir()  # a state in the results dir is not the one Tune reads back
+    (run / "tune" / "experiment_state-2026-12-07_15-00-00.json").write_text("{}")
+    (store / "run" / "experiment_state-2026-12-07_15-00-00.json").unlink()
+    with pytest.raises(tuning.TuningError, match="missing or unreadable"):
+        inputs.check_tune_state(rec, run)
+    inputs.check_tune_state(dataclasses.replace(rec, storage_path="s3://bucket/x"), run)  # Ray's to open
 
 
 class _Shifted:

@@ -360,18 +360,25 @@ def warm_start(space: spaces.Space, strategy: str, dirs: list | None, top: int |
 def check_tune_state(rec: records.RunRecord, folder: Path) -> None:
     """A resume needs the experiment state Tune saved in DIR/tune: without it (deleted, or unreadable)
     Tune logs an error and starts every trial again under new ids, and the tables lose the earlier
-    ones. Refused, where trials have results; a run on a --storage-path keeps it there, unchecked."""
+    ones. Refused, where trials have results. A run on a --storage-path keeps it there, in a folder
+    named after DIR: checked where that is a folder here, left to Ray where it is a URI (s3://...)."""
     rows = folder / results.ROWS_FILE
-    if rec.storage_path or not rows.is_file() or not rows.stat().st_size:
+    if not rows.is_file() or not rows.stat().st_size:
         return
-    states = sorted((folder / "tune").glob("experiment_state-*.json"))
+    from tuning import backend
+
+    storage, name = backend.experiment_location(folder, rec.storage_path)
+    if "://" in storage.removeprefix("file://"):
+        return
+    tune = Path(storage.removeprefix("file://")) / name
+    states = sorted(tune.glob("experiment_state-*.json"))
     try:
         json.loads(states[-1].read_text()) if states else None
     except (OSError, ValueError):
         states = []
     if not states:
         raise UsageError(f"--resume {folder}: its trials have results, but Tune's saved state "
-                         f"({folder / 'tune'}/experiment_state-*.json) is missing or unreadable, so Tune would start "
+                         f"({tune}/experiment_state-*.json) is missing or unreadable, so Tune would start "
                          "every trial again and the tables would lose these: restore the file, or start a new run "
                          f"(--warm-start {folder} runs this one's best configurations first)")
 
