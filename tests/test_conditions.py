@@ -255,6 +255,8 @@ def test_an_integer_under_a_condition_stays_an_integer_in_the_tables(ray_here, t
     assert str(pd.read_parquet(tmp_path / "r" / "trials.parquet")["width"].dtype) == "Int64"
     assert set(pd.read_csv(tmp_path / "r" / "epochs.csv", dtype=str, keep_default_na=False)["width"]) == {"", "4", "32"}
     assert (tmp_path / "r" / "report.html").exists()  # the report reads the nullable column too
+    best = json.loads((tmp_path / "r" / "run.json").read_text())["best"]  # under adamw: no width
+    assert best["optimizer"] == "adamw" and best["width"] is None, best  # null, not the text "<NA>"
 
 
 # The default suite runs BOHB's model on conditions; random, ASHA and Hyperband share one path

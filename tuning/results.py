@@ -328,7 +328,10 @@ def write_json(path: Path, obj) -> None:
 def plain_json(value):
     """What json cannot write, as the JSON it stands for: a numpy or torch array (a space's fixed
     setting, say) as a list, a numpy scalar or one-element tensor as its number, a set as a sorted
-    list; anything else as its text, as before."""
+    list; pandas' missing value (an inactive categorical parameter's cell) as null; anything else as
+    its text, as before."""
+    if value is pd.NA or value is pd.NaT:  # str() would write the text "<NA>" into run.json's best row
+        return None
     if hasattr(value, "tolist") and callable(value.tolist):  # numpy arrays and scalars, torch tensors
         try:
             return value.tolist()
