@@ -147,3 +147,12 @@ def test_a_json_file_that_cannot_be_written_is_refused_before_any_check_runs(tmp
         assert done.stdout == ""  # no check ran
         line, = done.stderr.strip().splitlines()
         assert line.startswith("tuning.doctor: error: argument --json") and says in line, line
+
+
+def test_an_empty_folder_flag_is_refused_as_tuning_run_refuses_it():
+    """--data-dir '' (a script's empty variable) checked the current folder and said all passed."""
+    for flag in ("--data-dir", "--results-dir"):
+        done = _doctor("--no-live", flag, "")
+        assert done.returncode == 2 and done.stdout == ""
+        assert done.stderr.strip().splitlines() == [f"tuning.doctor: error: {flag} '' names no folder: give one, "
+                                                    "or leave it out"]

@@ -89,8 +89,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         raise UsageError(f"--data is for the cifar trainer's images; {space.name or 'the space'} trains "
                          f"{spaces.trainer_name(space.trainer)}: drop it")
     for flag, value in (("results_dir", results_dir), ("data_dir", data_dir)):
-        if value is not None and not str(value).strip():  # '' was the current folder, or the default, silently
-            raise UsageError(f"--{flag.replace('_', '-')} '' names no folder: give one, or leave it out")
+        cli.check_folder_named(flag, value)
     small = smoke_sizes(strategy) if smoke else {}
     for flag, value, low in (("num_samples", num_samples, 1), ("max_epochs", max_epochs, 1),
                              ("workers_per_trial", workers_per_trial, 1), ("seed", seed, 0),

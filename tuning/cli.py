@@ -176,6 +176,13 @@ def _writable_folder(path: Path, value: str) -> Path:
     return path
 
 
+def check_folder_named(flag: str, value) -> None:
+    """A folder flag given '' (a script's empty variable): it was the current folder, or the default,
+    silently; refused in the commands' words (--results-dir)."""
+    if value is not None and not str(value).strip():
+        raise UsageError(f"--{flag.replace('_', '-')} '' names no folder: give one, or leave it out")
+
+
 def output_file(value: str) -> Path:
     """A file a command writes when its work is done (doctor --json), as argparse `type=`: a name in
     a folder that exists and this process can write in (probed), not a folder itself, so that the

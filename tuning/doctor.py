@@ -287,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH", type=cli.output_file, help="also write the checks to PATH as JSON, as gpucheck reads them")
     try:
         args = p.parse_args(argv)
+        for flag in ("data_dir", "results_dir"):  # as tuning.run: '' checked the current folder
+            cli.check_folder_named(flag, getattr(args, flag))
     except cli.UsageError as exc:
         print(f"tuning.doctor: error: {exc}", file=sys.stderr)
         return 2
