@@ -55,11 +55,12 @@ def _no_log(declaration, log) -> None:
     raise SpaceError(f"{kind}(..., log={log!r}): {why}")
 
 
-def _no_step(declaration, step, name: str) -> None:
+def _no_step(declaration, step, q) -> None:
     """Optuna's suggest_float(step=) and suggest_int(step=), Ray's quniform(q=): values on a grid,
     which is a Choice of them here. Refused in one line that writes it, not Python's TypeError."""
-    if step is None:
+    if step is None and q is None:
         return
+    name, step = ("step", step) if step is not None else ("q", q)
     kind, low, high = type(declaration).__name__, declaration.low, declaration.high
     try:
         values = list(np.round(np.arange(low, high + step / 2, step), 10)) if step > 0 else []
@@ -106,7 +107,7 @@ class _Range:
     def __post_init__(self, log=None, step=None, q=None):
         _when(self)
         _no_log(self, log)
-        _no_step(self, step if step is not None else q, "step" if step is not None else "q")
+        _no_step(self, step, q)
         _bounds(self)
         kind = type(self).__name__
         if not (0 < self.low < self.high if self.positive else self.low < self.high):
@@ -154,7 +155,7 @@ class IntUniform:
     def __post_init__(self, log=None, step=None, q=None):
         _when(self)
         _no_log(self, log)
-        _no_step(self, step if step is not None else q, "step" if step is not None else "q")
+        _no_step(self, step, q)
         _bounds(self, integer=True)
         if not self.low < self.high:
             raise SpaceError(f"IntUniform needs low < high, got low={self.low} high={self.high}"
@@ -183,7 +184,7 @@ class IntLogUniform:
     def __post_init__(self, log=None, step=None, q=None):
         _when(self)
         _no_log(self, log)
-        _no_step(self, step if step is not None else q, "step" if step is not None else "q")
+        _no_step(self, step, q)
         _bounds(self, integer=True)
         if not 0 < self.low < self.high:
             raise SpaceError(f"IntLogUniform needs 0 < low < high, got low={self.low} high={self.high}")
