@@ -368,9 +368,10 @@ def check_tune_state(rec: records.RunRecord, folder: Path) -> None:
     from tuning import backend
 
     storage, name = backend.experiment_location(folder, rec.storage_path)
-    if "://" in storage.removeprefix("file://"):
+    local = storage.removeprefix("file://")
+    if "://" in local:
         return
-    tune = Path(storage.removeprefix("file://")) / name
+    tune = Path(local) / name
     states = sorted(tune.glob("experiment_state-*.json"))
     try:
         json.loads(states[-1].read_text()) if states else None
