@@ -164,16 +164,27 @@ def storage_path(value: str) -> str:
 
 def _writable_folder(path: Path, value: str) -> Path:
     """A local --storage-path where a folder can be made: its nearest existing part is a folder this
-    process can write in (probed with a folder made and removed), or ArgumentTypeError, before Ray starts."""
+    process can write in, or ArgumentTypeError, before Ray starts."""
     existing = next(p for p in (path, *path.parents) if p.exists())
     if not existing.is_dir():
         raise argparse.ArgumentTypeError(f"{value}: {existing} is a file, not a folder: give a folder every node reaches")
-    try:
-        tempfile.TemporaryDirectory(dir=existing).cleanup()
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"{value}: cannot write in {existing} ({exc.strerror or exc}): give a folder "
-                                         "you can write, that every node reaches") from None
+    refused = unwritable(existing)
+    if refused:
+        raise argparse.ArgumentTypeError(f"{value}: cannot write in {refused[0]} ({refused[1]}): give a folder "
+                                         "you can write, that every node reaches")
     return path
+
+
+def unwritable(folder: Path) -> tuple[Path, str] | None:
+    """(the folder's nearest existing part, why nothing can be written there), or None: tried with a
+    file made and removed, not guessed from permissions (root, read-only mounts and immutable
+    folders each answer otherwise)."""
+    here = next(p for p in (folder, *folder.parents) if p.exists())
+    try:
+        tempfile.TemporaryFile(dir=here).close()
+    except OSError as exc:
+        return here, str(exc.strerror or exc)
+    return None
 
 
 def check_folder_named(flag: str, value) -> None:
@@ -193,11 +204,10 @@ def output_file(value: str) -> Path:
     if not path.parent.is_dir():
         what = "is a file, not a folder" if path.parent.exists() else "does not exist"
         raise argparse.ArgumentTypeError(f"{value}: {path.parent} {what}: give a file in a folder you can write")
-    try:
-        tempfile.TemporaryFile(dir=path.parent).close()
-    except OSError as exc:
-        raise argparse.ArgumentTypeError(f"{value}: cannot write in {path.parent} ({exc.strerror or exc}): give a "
-                                         "file in a folder you can write") from None
+    refused = unwritable(path.parent)
+    if refused:
+        raise argparse.ArgumentTypeError(f"{value}: cannot write in {refused[0]} ({refused[1]}): give a "
+                                         "file in a folder you can write")
     return path
 
 

@@ -190,16 +190,9 @@ def check_data(data_dir: Path) -> list[dict]:
 
 
 def _unwritable(folder: Path) -> str | None:
-    """Why nothing can be written in folder (or where it would be made), or None: tried, not guessed
-    from permissions (root, read-only mounts and immutable folders each answer otherwise)."""
-    here = folder
-    while not here.exists():
-        here = here.parent
-    try:
-        with tempfile.NamedTemporaryFile(dir=here, prefix=".doctor-"):
-            return None
-    except OSError as exc:
-        return f"{here} cannot be written ({exc.strerror or exc})"
+    """Why nothing can be written in folder (or where it would be made), or None (cli.unwritable)."""
+    refused = cli.unwritable(folder)
+    return f"{refused[0]} cannot be written ({refused[1]})" if refused else None
 
 
 def check_disk(results_dir: Path) -> list[dict]:
