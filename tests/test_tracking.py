@@ -265,14 +265,17 @@ def test_a_run_cut_short_logs_no_child_run_for_a_trial_that_never_started(ray_he
     """A spent time budget (as Ctrl-C) leaves trials waiting: each gets its child run once it runs,
     not a KILLED one without a metric now."""
     pytest.importorskip("mlflow")
-    space = tuning.Space(params={"x": tuning.Uniform(0.0, 1.0)}, trainer="tuning.bench.harness:busy",
-                         fixed={"seconds": 1.0}, num_samples=20, max_epochs=2, gpus_per_trial=0)
-    result = tuning.search(None, space, strategy="random", time_budget=3, seed=0, results_dir=tmp_path / "r",
+    # Epochs that sleep, not spin: under the other test worker's load, trials took over 3 s to start
+    # (the budget was 3 s, no trial ran), and a 10 s budget of sleeping costs no CPU. 30 trials of 2 s
+    # on 2 CPUs take 30 s: some are always left waiting.
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="faulty:steady",
+                         fixed={"sleep_s": 1.0}, num_samples=30, max_epochs=2, gpus_per_trial=0)
+    result = tuning.search(None, space, strategy="random", time_budget=10, seed=0, results_dir=tmp_path / "r",
                            mlflow=True)
     assert result.status == "time budget spent"
     ran = set(result.trials.loc[result.trials["epochs"] > 0, "trial_id"])
     assert ran and len(ran) < len(result.trials)
-    parents, children = _runs(f"sqlite:///{tmp_path / 'r' / 'mlflow.db'}", "busy")
+    parents, children = _runs(f"sqlite:///{tmp_path / 'r' / 'mlflow.db'}", "steady")
     assert {k.data.tags["trial_id"] for k in children[parents[0].info.run_id]} == ran
 
 
