@@ -189,9 +189,11 @@ def test_resume_refuses_the_flags_of_a_warm_start(capsys, workdir, flags):
                                           (["--seed", "3", "--max-epochs", "9"], "--max-epochs, --seed would be"),
                                           (["--max-failures", "2"], "--max-failures would be"),
                                           (["--space", "cifar_asha"], "--space would be"),
-                                          (["--smoke"], "--smoke would be")])
+                                          (["--smoke"], "--smoke would be"),
+                                          (["--data-dir", "./data"], "--data-dir would be")])
 def test_resume_refuses_the_flags_it_would_ignore(capsys, workdir, flags, named):
     # A resume runs on with run.json's settings: --num-samples 20 once did nothing, without a word.
+    # A flag is refused when named, whatever its value: `--data-dir ./data`, the default's value, passed.
     _run_json(workdir / "earlier", "interrupted")
     line = _refused(capsys, ["--resume", str(workdir / "earlier"), *flags], workdir, named)
     assert "use --add-samples N for more trials" in line

@@ -201,14 +201,22 @@ RESUME_TAKES = {"resume", "add_samples", "time_budget", "address", "worker_logs"
                 "mlflow_experiment", "max_concurrent_trials"}
 
 
+def _given(argv: list[str]) -> set[str]:
+    """The flags the command line named, whatever their values: `--data-dir ./data` is named too,
+    though it is the default (comparing values with the defaults let it pass)."""
+    parser = build_parser()
+    for action in parser._actions:  # argparse's own idiom: an absent flag then sets nothing
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv)))
+
+
 def _main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     cli.quiet_libraries()  # Ray's and Optuna's noise: this command's output, which tuning.search leaves alone
     if args.resume:
-        ignored = ["--" + k.replace("_", "-") for k, v in vars(args).items()
-                   if k not in RESUME_TAKES and v != parser.get_default(k) and k not in ("objective", "constraint",
-                                                                                       "warm_start", "warm_start_top")]
+        ignored = ["--" + k.replace("_", "-") for k in sorted(_given(argv))
+                   if k not in RESUME_TAKES and k not in ("objective", "constraint", "warm_start", "warm_start_top")]
         if ignored:
             raise UsageError(f"--resume continues the run with the settings it started with (its run.json), so "
                              f"{', '.join(ignored)} would be ignored: drop {'them' if len(ignored) > 1 else 'it'}, "
