@@ -183,7 +183,7 @@ def test_bohb_density_over_a_conditional_space_sums_to_one_with_mixed_active_set
     over the choice's values and integrated over the parameters each value makes active, the model's
     density is 1. A parameter a point lacks takes the prior there, and one the evaluated
     configuration lacks drops out; imputing or scoring absent values would break the sum."""
-    from tuning.backend.bohb import MixedKDE
+    from tuning.backend.kde import MixedKDE
 
     # Columns: lr (continuous), optimizer (0 adamw, 1 sgd), momentum (continuous, sgd only).
     data = np.array([[0.2, 0, np.nan], [0.3, 1, 0.9], [0.5, 1, 0.6], [0.7, 0, np.nan], [0.4, 1, 0.8]])
