@@ -213,3 +213,16 @@ def test_no_two_modules_share_a_name():
     import tuning.mobench
 
     assert tuning.mobench is tuning.compare.mobench
+
+
+def test_the_alone_step_collects_every_module_that_marks_a_test_alone():
+    """`make test`'s last step (-m "alone and not slow") imports only the modules that mark a test
+    alone (conftest.pytest_ignore_collect): one it passed over would never run, and make test would
+    still pass (that step accepts "no tests ran")."""
+    marked = {p.name for p in (ROOT / "tests").glob("test_*.py")
+              if re.search(r"^\s*@pytest\.mark\.alone\b", p.read_text(), re.MULTILINE)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}  # not as an xdist worker
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "alone", "--collect-only", "-q", "-p",
+                           "no:cacheprovider"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    collected = {line.split("::")[0].removeprefix("tests/") for line in proc.stdout.splitlines() if "::" in line}
+    assert marked and collected == marked, proc.stdout[-2000:]
