@@ -167,6 +167,33 @@ def test_nearest_goes_by_the_declared_scales_and_a_choice_must_match(tmp_path):
     assert row["replayed"]["cpu_hours"] == pytest.approx(2 * 20 / 3600)  # the recorded run's 2 CPUs a trial
 
 
+def test_a_conditional_space_replays_each_branch_from_its_own_recorded_configurations(tmp_path, capsys):
+    """A parameter active in one branch only (mom, when opt is sgd): its empty cells were read as
+    values, and every configuration proposed without it (opt adam) failed with KeyError: 'mom', in the
+    Ray strategies' trials and, uncaught, in the peers."""
+    folder = tmp_path / "cond"
+    folder.mkdir()
+    params = {"x": spaces.Uniform(0.0, 1.0), "opt": spaces.Choice(["adam", "sgd"]),
+              "mom": spaces.Uniform(0.0, 0.9, when={"opt": "sgd"})}
+    record.RunRecord(space="cond", strategy="random", seed=0, num_samples=3, max_epochs=2, trainer="mine:train",
+                     metric="loss", mode="min", params=spacejson.declarations(params), status="finished",
+                     resources_per_trial={"cpu": 1, "gpu": 0}).write(folder)
+    trials = (("a1", 0.2, "adam", None), ("s1", 0.2, "sgd", 0.1), ("s2", 0.9, "sgd", 0.8))
+    pd.DataFrame([{"trial_id": tid, "x": x, "opt": opt, "mom": mom, "training_iteration": t, "loss": x + (mom or 0) / t,
+                   "time_this_iter_s": 1.0, "timestamp": 1000 + t} for tid, x, opt, mom in trials for t in (1, 2)]
+                 ).to_csv(folder / "epochs.csv", index=False)
+    rec = replay.read(str(folder))
+    assert rec.configs[0] == {"x": 0.2, "opt": "adam"}  # no mom: inactive, not NaN
+    nearest = lambda config: rec.trial_ids[replay.order(rec, config)[0]]  # noqa: E731
+    assert nearest({"x": 0.9, "opt": "adam"}) == "a1"  # the only adam, however far in x
+    assert nearest({"x": 0.8, "opt": "sgd", "mom": 0.7}) == "s2" and nearest({"x": 0.3, "opt": "sgd", "mom": 0}) == "s1"
+    # The peers (in process, no Ray) and the report, whose best configuration has no mom.
+    out = tmp_path / "out"
+    assert compare.main(["--replay", str(folder), "--seeds", "1", "--budget", "3", "--strategies",
+                         "optuna_tpe,optuna_tpe_hb", "--out", str(out)]) == 0, capsys.readouterr().err[-2000:]
+    assert "trial a1 (x 0.2, opt adam)" in (out / "report.md").read_text()
+
+
 def test_the_trainer_form_in_a_space_knows_the_recorded_metrics():
     trainer = f"replay:{CALIBRATION}"
     params = {"lr": spaces.LogUniform(1e-4, 1e-2), "batch_size": spaces.Choice([64, 128, 256, 512])}

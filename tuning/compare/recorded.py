@@ -35,7 +35,7 @@ import pandas as pd
 
 from tuning import record as records
 from tuning import params as param_types
-from tuning import results, spacejson, spaces
+from tuning import conditions, results, spacejson, spaces
 from tuning.cli import TuningError
 from tuning.report.render import number
 
@@ -130,8 +130,9 @@ def read(folder: str, what: str = "") -> Recorded:
         first = rows.iloc[0]
         ids.append(trial_id)
         # A choice of lists or dicts is JSON text in the table (params.config_cells): its value again.
-        configs.append({k: params[k].from_cell(first[k]) if _json_choice(params[k]) else spaces.plain(first[k])
-                        for k in params})
+        config = {k: params[k].from_cell(first[k]) if _json_choice(params[k]) else spaces.plain(first[k])
+                  for k in params}
+        configs.append(conditions.drop_inactive(params, config))  # an inactive parameter's empty cell is no value
         curves.append({int(r["training_iteration"]): _epoch(r, names) for _, r in rows.iterrows()})
     if rec.status != "finished":
         log.warning("%s: the run in %s is %r: replaying the epochs it recorded, up to %d", what, folder, rec.status,
@@ -211,15 +212,19 @@ def _position(p: spaces.Param, value):
 
 
 def order(recorded: Recorded, config: dict) -> list[int]:
-    """The recorded trials, nearest to `config` first: fewest Choice mismatches, then the distance
-    over the other parameters on their declared scales, then the recorded order."""
-    mine = {k: _position(p, config[k]) for k, p in recorded.params.items()}
+    """The recorded trials, nearest to `config` first: fewest mismatches (a Choice's value, or a
+    parameter active in one of the two configurations only: another branch of a conditional space),
+    then the distance over the other parameters both have, on their declared scales, then the
+    recorded order. `config` holds its active parameters only, as the strategies propose it."""
+    mine = {k: _position(p, config[k]) for k, p in recorded.params.items() if k in config}
 
     def key(i: int) -> tuple:
         theirs = recorded.configs[i]
-        mismatches = sum(theirs[k] != config[k] for k, p in recorded.params.items() if isinstance(p, spaces.Choice))
+        mismatches = sum((k in theirs) != (k in config) or (k in config and isinstance(p, spaces.Choice)
+                                                             and theirs[k] != config[k])
+                         for k, p in recorded.params.items())
         distance = math.fsum((mine[k] - _position(p, theirs[k])) ** 2 for k, p in recorded.params.items()
-                             if not isinstance(p, spaces.Choice))
+                             if not isinstance(p, spaces.Choice) and k in mine and k in theirs)
         return mismatches, distance, i
 
     return sorted(range(len(recorded.trial_ids)), key=key)
@@ -285,7 +290,7 @@ def fates(runs: pd.DataFrame, exp: dict, strategies: list[str]) -> tuple[pd.Data
     recorded = pd.DataFrame(info["trials"])
     shown = [c for c in [*exp.get("params", []), exp.get("metric", "loss"), "accuracy"] if c in recorded.columns]
     counts = recorded[["trial_id", *shown]].copy()
-    ends = counts[["trial_id", *exp.get("params", [])]].copy()
+    ends = counts[["trial_id", *(p for p in exp.get("params", []) if p in recorded.columns)]].copy()
     empty = pd.Series(dtype=float)
     for s in strategies:
         ended = last[last["strategy"] == s]
@@ -304,7 +309,7 @@ def report_blocks(runs: pd.DataFrame, exp: dict, strategies: list[str]) -> list[
     out = outcomes(runs, exp)
     best = info["trials"][0]
     params = exp.get("params", [])
-    described = ", ".join(f"{p} {number(best[p])}" for p in params)
+    described = ", ".join(f"{p} {number(best[p])}" for p in params if p in best)  # its active parameters
     extra = f", accuracy {number(best['accuracy'])}" if "accuracy" in best else ""
     table = pd.DataFrame([{
         "strategy": s, "runs": len(o),
@@ -318,7 +323,8 @@ def report_blocks(runs: pd.DataFrame, exp: dict, strategies: list[str]) -> list[
         for s in strategies for o in [out[out["strategy"] == s]]])
     counts, ends = fates(runs, exp, strategies)
     fmt = lambda df: df.apply(lambda col: col.map(number))  # noqa: E731
-    continuous = [f"{p} on {len({t[p] for t in info['trials']})} values" for p, d in info["declarations"].items()
+    continuous = [f"{p} on {len({t[p] for t in info['trials'] if p in t})} values"
+                  for p, d in info["declarations"].items()
                   if d["type"] in ("LogUniform", "Uniform")]
     return [
         ("h2", "Replayed: which recorded configuration each strategy found"),
@@ -341,7 +347,7 @@ def report_blocks(runs: pd.DataFrame, exp: dict, strategies: list[str]) -> list[
         *([("p", "Where those trials ended (epoch: trials), for the strategies with trials that ended early. A trial "
                  "ended where its scheduler stopped (or paused it for good) or where the run's budget ran out "
                  "while it trained (at most the trials running at the end)."),
-           ("table", fmt(ends.drop(columns="trial_id")))] if len(ends.columns) > 1 + len(params) else []),
+           ("table", fmt(ends.drop(columns="trial_id")))] if len(ends.columns) > 1 + sum(p in ends for p in params) else []),
         ("p", "Limits: a replay knows only the recorded points" + (f" ({'; '.join(continuous)})" if continuous
                                                                   else "") +
               ", so a continuous parameter is replayed on the values that were recorded; and with one recorded "
