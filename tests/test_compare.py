@@ -1,6 +1,7 @@
 """tuning.compare end to end: counting ones in smoke size through real Ray, then the report."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -352,14 +353,15 @@ def test_an_out_folder_holding_other_files_or_a_peer_that_cannot_run_is_refused(
     assert json.loads((out / "provenance.json").read_text())["data"]["kind"] == "trainer:user_trainers:tradeoff"
 
 
-def test_a_metric_never_reported_or_trials_that_all_fail_are_refused_and_not_kept(capsys, tmp_path, ray_here):
+def test_a_metric_never_reported_or_trials_that_all_fail_are_refused_and_not_kept(capsys, caplog, tmp_path, ray_here):
     """Both were kept as finished runs: stand-in values of 1e6 reported as results (exit 0), or an
     empty table that no later invocation ran again."""
     for trainer, metric, needle in (("user_trainers:loss_only", "score", "the trainer reported no 'score'"),
                                     ("user_trainers:raises", "loss", "no trial reported a result (")):
-        (tmp_path / "s.py").write_text("from tuning import Space, LogUniform\n"
-                                       f"SPACE = Space(params={{'lr': LogUniform(1e-3, 1.0)}}, trainer={trainer!r}, "
-                                       f"metric={metric!r}, max_epochs=2, gpus_per_trial=0)\n")
+        text = ("from tuning import Space, LogUniform\n"
+                f"SPACE = Space(params={{'lr': LogUniform(1e-3, 1.0)}}, trainer={trainer!r}, "
+                f"metric={metric!r}, max_epochs=2, gpus_per_trial=0)\n")
+        (tmp_path / "s.py").write_text(text)
         (tmp_path / "exp.py").write_text("from tuning.compare import Experiment\nEXPERIMENT = Experiment("
                                          f"space={str(tmp_path / 's.py')!r}, budget=1, seeds=(0,), "
                                          "strategies=('random',), peers=())\n")
@@ -369,6 +371,12 @@ def test_a_metric_never_reported_or_trials_that_all_fail_are_refused_and_not_kep
         line = capsys.readouterr().err.strip().splitlines()[-1]  # above it, Tune's own lines on the failed trials
         assert line.startswith("tuning.compare: error: random-s0: " + needle), line
         assert line.endswith("run the same command again") and not (out / "runs" / "random-s0.csv").exists()
+    # Where some trials failed, the run is kept with the others' results, and the command says so:
+    # it had said "done" with no word of the failed ones.
+    (tmp_path / "s.py").write_text(text.replace("user_trainers:raises", "user_trainers:raises_above"))
+    assert compare.main([str(tmp_path / "exp"), "--budget", "2", "--out", str(tmp_path / "some")]) == 0
+    warned = [r.getMessage() for r in caplog.records if "trials failed" in r.getMessage()]
+    assert len(warned) == 1 and re.match(r"random-s0: [1-9] of [2-9] trials failed, the first with ", warned[0]), warned
 
 
 @pytest.mark.slow  # minutes: make test-all

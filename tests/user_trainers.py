@@ -31,6 +31,14 @@ def raises(*, lr, epochs, state=None, on_epoch):
     raise ValueError(f"shapes (32, 10) and (32, 3) do not match for lr={lr}")
 
 
+def raises_above(*, lr, epochs, state=None, on_epoch):
+    """The bug of `raises` where lr > 0.03 only: on LogUniform(1e-3, 1.0), about half the trials."""
+    if lr > 0.03:
+        raises(lr=lr, epochs=epochs, on_epoch=on_epoch)
+    for e in _epochs(state, epochs):
+        on_epoch({"loss": lr}, {"epoch": e + 1})
+
+
 def nan_forever(*, lr, epochs, state=None, on_epoch):
     for e in _epochs(state, epochs):
         on_epoch({"score": math.nan}, {"epoch": e + 1})

@@ -8,13 +8,11 @@ comparison measures the service itself), stops each run when its trials have tra
 between them, and keeps each finished run's rows on disk so a re-run only does what is missing.
 At the end it writes runs.csv/.parquet, experiment.json, provenance.json and the report.
 
-Beside the strategies, every comparison runs its peers (tuning/compare/peers.py: Optuna's TPE, alone and
-under Optuna's Hyperband pruner) in process, without Ray, at the same budget: what a user would
-run instead. A replay:DIR space or a benchmark has them; the CIFAR trainer does not.
-
-A space "replay:DIR" (or --replay DIR) replays the learning curves a finished tuning.run recorded
-(tuning/compare/recorded.py): minutes instead of the training's hours, every epoch charged its recorded
-device-hours, regret measured against the best recorded configuration.
+Beside the strategies, every comparison of a replay:DIR space or a benchmark runs its peers
+(tuning/compare/peers.py: Optuna's TPE, alone and under Optuna's Hyperband pruner) in process, at
+the same budget: what a user would run instead. A space "replay:DIR" (or --replay DIR) replays the
+curves a finished tuning.run recorded (tuning/compare/recorded.py), each epoch charged its recorded
+device-hours, regret against the best recorded configuration.
 """
 
 from __future__ import annotations
@@ -309,11 +307,14 @@ def _one_run(*, space, strategy, seed, max_t, budget, source, run_dir: Path, smo
     wrong = next((r[results.METRIC_ERROR] for r in rec.rows if r.get(results.METRIC_ERROR)), None)
     if wrong:
         raise UsageError(f"{run_dir.name}: {wrong}; then run the same command again")
+    failed = [t for t in trials if t.status == "ERROR"]
     if not rec.rows:
-        failed = [t for t in trials if t.status == "ERROR"]
         raise UsageError(f"{run_dir.name}: no trial reported a result ({len(failed)} of {len(trials)} failed"
                          + (f", the first with {failed[0].error}" if failed and failed[0].error else "")
                          + f"; their tracebacks are under {run_dir}): fix the trainer, then run the same command again")
+    if failed:  # the others are compared: say what is missing from them
+        log.warning("%s: %d of %d trials failed, the first with %s; the run's results are the others' (tracebacks "
+                    "under %s)", run_dir.name, len(failed), len(trials), failed[0].error or "an error", run_dir)
     return rec.rows
 
 
