@@ -254,6 +254,9 @@ def test_a_trainer_that_raises_in_every_trial(ray_here, tmp_path, capsys):
     assert "user_trainers.py" in traceback and "ValueError: shapes (32, 10)" in traceback
     assert "No trial reported a usable score" in out and f"its traceback: {kept}" in out
     assert json.loads((tmp_path / "r" / "run.json").read_text())["status"] == "finished"
+    # The closing line names the files there: it listed a best_config.json no such run writes.
+    assert not (tmp_path / "r" / "best_config.json").exists()
+    assert f"Results: {tmp_path / 'r'}  (report.html, report.md, trials.csv, epochs.csv, run.json)" in out
 
 
 def test_a_trainer_whose_metric_is_nan_forever(ray_here, tmp_path, capsys):

@@ -12,6 +12,9 @@ import pandas as pd
 
 from tuning.record import DataOrigin, RunRecord
 
+# What a finished run's folder holds for its user, in the order the summary names them.
+FILES = ("report.html", "report.md", "trials.csv", "epochs.csv", "pareto.csv", "best_config.json", "run.json")
+
 
 @dataclass
 class Best:
@@ -76,9 +79,11 @@ class SearchResult:
         if banner:
             lines.append(banner)
         lines += self.tracking
-        lines += [f"Results: {self.results_dir}  (report.html, report.md, trials.csv, epochs.csv, best_config.json, "
-                  "run.json)", f"Report: {self.results_dir / 'report.html'}"] + self._go_on_lines()
-        return "\n".join(lines)
+        # The files there: a run whose trials all failed has no best_config.json.
+        written = [f for f in FILES if (self.results_dir / f).exists()]
+        lines += [f"Results: {self.results_dir}  ({', '.join(written)})"]
+        lines += [f"Report: {self.report}"] if self.report else []
+        return "\n".join(lines + self._go_on_lines())
 
     def _go_on_lines(self) -> list[str]:
         """How to take an unfinished run further, from the command line and from Python (Ray's own
