@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 
 from tuning import atomic
+from tuning.cli import TuningError
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +59,23 @@ def read_checkpoint(directory: str | os.PathLike) -> dict:
         return torch.load(path, map_location="cpu", weights_only=False)
 
 
+class CheckpointError(TuningError, FileNotFoundError):
+    """No trial state where load_checkpoint was pointed (a FileNotFoundError too, as it was)."""
+
+
 def load_checkpoint(path: str | os.PathLike) -> dict:
     """The `state` a trial last handed on_epoch, from its checkpoint folder: what
     `result.best.checkpoint` names (tuning.load_checkpoint). A URI (s3://..., from --storage-path)
     is copied here first. Tensors come back on the CPU: move them where you need them."""
-    text = str(path)
+    if not isinstance(path, (str, os.PathLike)):
+        raise CheckpointError(f"load_checkpoint takes a trial's checkpoint folder, got {path!r}"
+                              + (": result.best.checkpoint is None where the trial kept no state (a trainer that "
+                                 "returns its metrics, or a benchmark)" if path is None else ""))
+    text = os.fspath(path)
     if "://" not in text:
         if not (Path(text) / CHECKPOINT_FILE).exists() and not (Path(text) / PICKLE_FILE).exists():
-            raise FileNotFoundError(f"{text} holds no {CHECKPOINT_FILE} or {PICKLE_FILE}: give a trial's checkpoint "
-                                    "folder, such as result.best.checkpoint")
+            raise CheckpointError(f"{text} holds no {CHECKPOINT_FILE} or {PICKLE_FILE}: give a trial's checkpoint "
+                                  "folder, such as result.best.checkpoint")
         return read_checkpoint(text)
     import tempfile
 
