@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import tuning
 from cli_helpers import refused
 from conftest import ROOT
 from tuning.run import main
@@ -201,11 +202,28 @@ def test_resume_refuses_the_flags_it_would_ignore(capsys, workdir, flags, named)
 
 def test_resume_of_a_finished_experiment(capsys, workdir):
     _run_json(workdir / "earlier", "finished")
-    _refused(capsys, ["--resume", str(workdir / "earlier")], workdir, "finished already")
+    _refused(capsys, ["--resume", str(workdir / "earlier")], workdir,
+             "finished already; its results are there (add --add-samples N to run N more trials in it)")
+    # From Python in Python's words (it read "add add_samples N"), and a bad time budget named first
+    # (it was told the run had finished).
+    with pytest.raises(tuning.TuningError, match=r"there \(give add_samples=N to run N more trials in it\)$"):
+        tuning.resume(workdir / "earlier")
+    with pytest.raises(tuning.TuningError, match="^time_budget 'abc': give a positive duration"):
+        tuning.resume(workdir / "earlier", time_budget="abc")
 
 
 def test_results_dir_with_results_in_it(capsys, workdir):
-    _refused(capsys, ["--space", "cifar_asha", "--results-dir", str(workdir / "earlier")], workdir, "not empty")
+    _refused(capsys, ["--space", "cifar_asha", "--results-dir", str(workdir / "earlier")], workdir,
+             "not empty: choose a new --results-dir so no earlier result is overwritten (or --resume it if it")
+    with pytest.raises(tuning.TuningError, match=r"choose a new results_dir .* \(or tuning.resume it if it is"):
+        tuning.search(None, "counting_ones", results_dir=workdir / "earlier")
+
+
+@pytest.mark.parametrize("call", [lambda: tuning.search(None, "counting_ones", results_dir=5),
+                                  lambda: tuning.resume(5)])
+def test_a_results_dir_that_is_no_path_is_refused_in_one_line(call):
+    with pytest.raises(tuning.TuningError, match="^results_dir takes a folder's path, got 5$"):
+        call()  # it was Path(5)'s TypeError
 
 
 def test_results_dir_that_is_a_file_or_empty(capsys, workdir):

@@ -180,11 +180,13 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
     once (None: the run's own)."""
     inputs.check_at_least("add_samples", add_samples)
     inputs.check_at_least("max_concurrent_trials", max_concurrent_trials)
+    cli.check_folder_named("resume", results_dir)
+    budget = inputs.budget(time_budget)  # refused before the run's own refusals (finished already)
     folder = Path(results_dir).expanduser().absolute()
     rec = records.read(folder, "--resume")
     if rec.status == "finished" and not add_samples:
         raise UsageError(f"--resume {folder}: that experiment finished already; its results are there "
-                         "(add --add-samples N to run N more trials in it)")
+                         f"({cli.in_words('add --add-samples N', 'give add_samples=N')} to run N more trials in it)")
     inputs.check_tune_state(rec, folder)
     track = _resume_tracking(rec, folder, mlflow, mlflow_experiment)
     lock = inputs.lock(folder)
@@ -199,8 +201,8 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
                                  f"{ways[not once].replace('returns its', 'returned their').replace('reports', 'reported')}"
                                  ": give it the trainer the run started with")
         more = inputs.extension(space, rec, add_samples)
-        if time_budget is not None:  # a new total; what earlier segments used still counts
-            rec.time_budget_s = inputs.budget(time_budget)
+        if budget is not None:  # a new total; what earlier segments used still counts
+            rec.time_budget_s = budget
         if max_concurrent_trials is not None:
             rec.max_concurrent_trials = max_concurrent_trials
         from tuning import session

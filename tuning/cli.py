@@ -11,6 +11,7 @@ import importlib
 import inspect
 import logging
 import math
+import os
 import re
 import signal
 import tempfile
@@ -46,6 +47,12 @@ def speaking_flags():
         yield
     finally:
         _SPEAKING_FLAGS.reset(token)
+
+
+def in_words(command: str, python: str) -> str:
+    """A refusal's phrase as the caller acts: a flag's words (within speaking_flags) or Python's,
+    where swapping --flag for its keyword would not read (--resume it: tuning.resume)."""
+    return command if _SPEAKING_FLAGS.get() else python
 
 
 # Flags whose keyword has another name: tuning.run --resume DIR is tuning.resume(results_dir).
@@ -190,6 +197,8 @@ def unwritable(folder: Path) -> tuple[Path, str] | None:
 def check_folder_named(flag: str, value) -> None:
     """A folder flag given '' (a script's empty variable): it was the current folder, or the default,
     silently; refused in the commands' words (--results-dir)."""
+    if value is not None and not isinstance(value, (str, os.PathLike)):  # Path(5): a TypeError's traceback
+        raise UsageError(f"--{flag.replace('_', '-')} takes a folder's path, got {value!r}")
     if value is not None and not str(value).strip():
         raise UsageError(f"--{flag.replace('_', '-')} '' names no folder: give one, or leave it out")
 

@@ -190,8 +190,9 @@ def refuse_used_results_dir(path: Path) -> None:
     if path.exists() and not path.is_dir():
         raise UsageError(f"results dir {path} is a file: choose a new --results-dir, a folder")
     if path.exists() and any(path.iterdir()):
-        raise UsageError(f"results dir {path} already exists and is not empty: choose a new --results-dir "
-                         "so no earlier result is overwritten (or --resume it if it is unfinished)")
+        raise UsageError(f"results dir {path} already exists and is not empty: choose a new --results-dir so no "
+                         f"earlier result is overwritten (or {cli.in_words('--resume it', 'tuning.resume it')} if "
+                         "it is unfinished)")
 
 
 def prepare_results_dir(path: Path) -> Path | None:
