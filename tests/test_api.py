@@ -193,6 +193,23 @@ def test_a_trainer_with_the_wrong_signature(tmp_path, capsys):
     assert "docs/your-trainer.md" in line and not (tmp_path / "r").exists()
 
 
+def test_a_trainer_as_ddp_ranks_is_told_what_ranks_need(tmp_path, capsys):
+    """--workers-per-trial 2: a trainer lacking rank, world_size and device was told to take the
+    parameters, epochs, state and on_epoch, which it did; one in a space file was told that too,
+    where no signature helps (ranks import the trainer by name)."""
+    refused(capsys, run.main, [*_argv(tmp_path, "user_trainers:scored"), "--workers-per-trial", "2"],
+            "does not take rank, world_size, device", "epochs, state and on_epoch, and as one of 2 ranks rank, "
+            "world_size and device, as keyword arguments (docs/ddp.md)")
+    (tmp_path / "inline.py").write_text("from tuning import Space, Uniform\n"
+                                        "def train(*, lr, epochs, state=None, on_epoch):\n    pass\n"
+                                        "SPACE = Space(params={'lr': Uniform(0.0, 1.0)}, trainer=train, "
+                                        "gpus_per_trial=0)\n")
+    refused(capsys, run.main, ["--space", str(tmp_path / "inline.py"), "--workers-per-trial", "2",
+                               "--results-dir", str(tmp_path / "r")], "spawns DDP ranks, which import the trainer "
+            "by name: define it in an importable module")
+    assert not (tmp_path / "r").exists()
+
+
 @pytest.mark.parametrize("keywords, says", [
     ({"num_samples": 2.5}, "num_samples must be a whole number, got 2.5"),
     ({"num_samples": "4"}, "num_samples must be a whole number, got '4'"),

@@ -142,9 +142,11 @@ def check_signature(fn: Callable, name: str, params: list[str], fixed: list[str]
     if lacking:
         role = {**{p: "searched" for p in params}, **{f: "fixed" for f in fixed}}
         what = ", ".join(f"{n} ({role[n]})" if n in role else n for n in lacking)
+        ddp = {"rank", "world_size", "device"} & set(lacking)
         raise ContractError(f"trainer {name} does not take {what}: its signature is {display_name(fn)}{sig}; take "
-                            "every searched and fixed parameter, epochs, state and on_epoch as keyword arguments "
-                            "(docs/your-trainer.md)")
+                            "every searched and fixed parameter, epochs, state and on_epoch"
+                            + (f", and as one of {ranks} ranks rank, world_size and device," if ddp else "")
+                            + " as keyword arguments (docs/" + ("ddp.md" if ddp else "your-trainer.md") + ")")
     # A parameter under when= is left out of the call where its condition does not hold: without a
     # default every such trial fails with TypeError, and is retried to fail again.
     bare = [n for n in conditional or {} if n in sig.parameters and sig.parameters[n].default is sig.empty]

@@ -86,12 +86,12 @@ def check_trainer(space: spaces.Space, workers: int) -> None:
         return
     fn = contract.resolve(space.trainer)
     name = spaces.trainer_name(space.trainer)
-    contract.check_signature(fn, name, list(space.params), list(space.fixed), ranks=workers,
-                             conditional={k: p.when for k, p in space.params.items() if p.when})
-    if workers > 1 and contract.module_of(fn) is None:
+    if workers > 1 and contract.module_of(fn) is None:  # first: its signature cannot mend this
         raise contract.ContractError(f"trainer {name}: --workers-per-trial {workers} spawns DDP ranks, which import "
                                      "the trainer by name: define it in an importable module and pass "
                                      "'module:function'")
+    contract.check_signature(fn, name, list(space.params), list(space.fixed), ranks=workers,
+                             conditional={k: p.when for k, p in space.params.items() if p.when})
 
 
 def auto_strategy(space: spaces.Space, max_epochs: int) -> tuple[str, str]:
