@@ -174,17 +174,24 @@ def test_a_killed_run_without_tables_gets_its_report_from_results_jsonl(co_run, 
     assert all((d / f).exists() for f in runreport.FIGURES.values())
 
 
-@pytest.mark.parametrize("damage", ["deleted", "parquet-unreadable"])
-def test_a_finished_runs_lost_or_damaged_table_is_made_again(co_run, tmp_path, capsys, damage):
+@pytest.mark.parametrize("damage", ["deleted", "parquet-unreadable", "both-garbage"])
+def test_a_finished_runs_lost_or_damaged_table_is_made_again(co_run, tmp_path, capsys, caplog, damage):
     """With its trials tables deleted, the report said to --resume a run that had finished (refused);
-    with trials.parquet unreadable, it failed though trials.csv beside it was whole."""
+    with trials.parquet unreadable, it failed though trials.csv beside it was whole; with both
+    epochs files garbage, the CSV parsed as a table of one column and the report exited 2."""
     d = _copy(co_run[1], tmp_path)
     if damage == "deleted":
         for f in d.glob("trials.*"):
             f.unlink()
-    else:
+    elif damage == "parquet-unreadable":
         (d / "trials.parquet").write_bytes(b"junk")
+    else:
+        for f in d.glob("epochs.*"):
+            f.write_text("garbage\n")
     assert report.main([str(d)]) == 0, capsys.readouterr().err
+    if damage == "both-garbage":
+        assert any("epochs table in" in r.getMessage() and "rebuilt from results.jsonl" in r.getMessage()
+                   for r in caplog.records)
     md = (d / "report.md").read_text()
     assert "Status: finished" in md and all(t in md for t in pd.read_csv(co_run[1] / "trials.csv")["trial_id"])
 

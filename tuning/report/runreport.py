@@ -84,8 +84,13 @@ def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, RunRecord]:
     if rows:  # killed or crashed before writing its tables: what its stale live page promises
         plan = _killed(plan)
         return (*_tables_from_records(_records_from_rows(rows, plan), plan), plan)
+    metric = searched(plan)[1]
     try:
         trials, epochs = _table(run_dir, "trials"), _table(run_dir, "epochs")
+        for name, df, need in (("trials", trials, ["trial_id", "status", metric]),
+                               ("epochs", epochs, ["trial_id", "training_iteration", metric])):
+            if len(df.columns) and not set(need) <= set(df.columns):  # damaged too: garbage parses as a column
+                raise ReportError(f"{name} table in {run_dir} lacks columns {sorted(set(need) - set(df.columns))}")
     except ReportError as exc:  # a table deleted or damaged since: results.jsonl holds what it was made from
         rows = results.read_rows(run_dir / results.ROWS_FILE)
         if not rows:
@@ -93,11 +98,6 @@ def load(run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame, RunRecord]:
         log.warning("%s; the report is rebuilt from %s", str(exc).split(": the run has not")[0], results.ROWS_FILE)
         plan = plan if plan.status == "finished" else _killed(plan)
         return (*_tables_from_records(_records_from_rows(rows, plan), plan), plan)
-    metric = searched(plan)[1]
-    for name, df, need in (("trials", trials, ["trial_id", "status", metric]),
-                           ("epochs", epochs, ["trial_id", "training_iteration", metric])):
-        if len(df.columns) and not set(need) <= set(df.columns):
-            raise ReportError(f"{name} table in {run_dir} lacks columns {sorted(set(need) - set(df.columns))}")
     return trials, epochs, plan
 
 
