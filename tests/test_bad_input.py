@@ -200,6 +200,14 @@ def test_resume_refuses_the_flags_it_would_ignore(capsys, workdir, flags, named)
     assert "use --add-samples N for more trials" in line
 
 
+def test_a_warm_start_under_grid_names_every_strategy_that_takes_one(capsys, workdir):
+    # It named four (random, asha, hyperband, bohb); median, adaptive and tpe take one too.
+    _refused(capsys, ["--space", "counting_ones", "--strategy", "grid", "--warm-start", str(workdir / "earlier"),
+                      "--results-dir", str(workdir / "r")], workdir,
+             "grid search walks its fixed points", "use any other strategy (random, asha, median, hyperband, bohb, "
+             "adaptive, tpe)")
+
+
 def test_resume_of_a_finished_experiment(capsys, workdir):
     _run_json(workdir / "earlier", "finished")
     _refused(capsys, ["--resume", str(workdir / "earlier")], workdir,

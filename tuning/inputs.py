@@ -343,7 +343,7 @@ def warm_start(space: spaces.Space, strategy: str, dirs: list | None, top: int |
         return None
     if strategy == "grid":
         raise UsageError("--warm-start: grid search walks its fixed points and has nothing to learn from earlier "
-                         "runs; use random, asha, hyperband or bohb")
+                         f"runs; use any other strategy ({', '.join(s for s in spaces.STRATEGIES if s != 'grid')})")
     if space.grid:  # Tune would count each earlier configuration as one of a grid pass's samples
         raise UsageError(f"--warm-start with grid={list(space.grid)}: every grid point runs num_samples fresh "
                          "trials, which earlier configurations would replace unevenly; drop one of the two")
