@@ -361,7 +361,8 @@ def test_a_branch_without_the_metric_stops_the_run_naming_its_trial_and_the_tria
                       max_concurrent_trials=1)
     line = str(err.value)
     assert "the trainer reported no 'loss'; the numbers it did report: val_loss" in line
-    assert "optimizer='sgd', lr=0.5, momentum=0.9), the first result without it, after 3 trials had reported it" in line
+    assert ("optimizer='sgd', lr=0.5, momentum=0.9), the first result without a usable loss, after 3 trials had "
+            "reported one") in line  # it said "without it", where the line before may name no metric
     trials = pd.read_csv(tmp_path / "r" / "trials.csv")
     bad = trials[trials["optimizer"] == "sgd"].iloc[0]
     assert bad["status"] == "ERROR" and "reported no 'loss'" in bad["error"] and pd.isna(bad["loss"])

@@ -209,8 +209,8 @@ def _metric_error(records: list[TrialRecord], metric: str, since: float) -> tupl
     fine = sum(any(results.is_number(r.get(metric)) and r.get("ended_at", at) < at for r in rec.rows)
                for rec in records if rec is not first)
     where = (f"trial {first.trial_id} ({', '.join(f'{k}={v!r}' for k, v in first.config.items())}), the first result "
-             "without it" + (f", after {fine} trial{'s' * (fine != 1)} had reported it: a branch of the space that "
-                             "lacks it?" if fine else ""))
+             f"without a usable {metric}" + (f", after {fine} trial{'s' * (fine != 1)} had reported one: a branch of "
+                                            "the space that lacks it?" if fine else ""))
     return wrong, where
 
 
