@@ -431,9 +431,24 @@ def test_a_resume_without_tunes_saved_state_is_refused_and_nothing_is_lost(ray_h
     assert tuning.resume(tmp_path / "r", time_budget="1h").status == "finished"
 
 
+def test_runs_whose_results_dirs_share_a_name_keep_apart_on_a_storage_path(ray_here, tmp_path):
+    """Both kept Tune's experiment in STORE/<results dir's name>: a resume of the first restored the
+    second's, and its tables took the second's trials."""
+    store = str(tmp_path / "store")
+    first, second = (tuning.search(None, "mf_hartmann", strategy="random", num_samples=2, max_epochs=2, seed=seed,
+                                   storage_path=store, results_dir=tmp_path / where / "same")
+                     for seed, where in ((0, "a"), (1, "b")))
+    names = [json.loads((r.results_dir / "run.json").read_text())["storage_name"] for r in (first, second)]
+    assert names[0] != names[1] and all(n.startswith("same-") for n in names)
+    resumed = tuning.resume(first.results_dir, add_samples=1)
+    assert set(first.trials["trial_id"]) < set(resumed.trials["trial_id"]) and len(resumed.trials) == 3
+    assert not set(second.trials["trial_id"]) & set(resumed.trials["trial_id"])
+
+
 def test_a_resume_on_a_storage_path_checks_tunes_state_there(tmp_path):
-    """A run on --storage-path STORE keeps Tune's state in STORE/<results dir's name>: a resume
-    checks it there (it was left unchecked), and leaves a URI's to Ray."""
+    """A run on --storage-path STORE keeps Tune's state in STORE/<run.json's storage_name> (before
+    it was recorded: STORE/<results dir's name>): a resume checks it there (it was left unchecked),
+    and leaves a URI's to Ray."""
     from tuning import inputs, record
 
     run, store = tmp_path / "run", tmp_path / "store"
@@ -441,6 +456,9 @@ def test_a_resume_on_a_storage_path_checks_tunes_state_there(tmp_path):
     (run / "results.jsonl").write_text('{"trial_id": "a", "training_iteration": 1}\n')
     rec = record.RunRecord(space="tiny", strategy="random", seed=0, num_samples=1, max_epochs=2, trainer="m:f",
                            storage_path=str(store))
+    named = dataclasses.replace(rec, storage_name="run-0a1b2c3d")
+    with pytest.raises(tuning.TuningError, match=rf"Tune's saved state \({store / 'run-0a1b2c3d'}/experiment_state"):
+        inputs.check_tune_state(named, run)
     with pytest.raises(tuning.TuningError, match=rf"Tune's saved state \({store / 'run'}/experiment_state-\*\.json\)"):
         inputs.check_tune_state(rec, run)
     (store / "run").mkdir(parents=True)

@@ -64,9 +64,10 @@ def test_smoke_run_spreads_over_both_nodes(cluster, tmp_path):
     assert trials["node_id"].nunique() == 2  # one CPU per node: trials ran on both
     assert (trials["peak_rss_mb"] > 0).all()
     assert json.loads((results / "run.json").read_text())["address"] == cluster.address
-    # Tune's experiment and the checkpoints went to the storage path, in a folder named after the run.
-    assert list((shared / "results").glob("experiment_state-*.json"))
-    assert len(list((shared / "results").glob("*/checkpoint_*"))) >= 4
+    # Tune's experiment and the checkpoints went to the storage path, in the run's own folder.
+    own = shared / json.loads((results / "run.json").read_text())["storage_name"]
+    assert own.name.startswith("results-") and list(own.glob("experiment_state-*.json"))
+    assert len(list(own.glob("*/checkpoint_*"))) >= 4
     assert not (results / "tune").exists()
     assert json.loads((results / "best_config.json").read_text())["test_accuracy"] is not None  # read back from storage
 

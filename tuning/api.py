@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -135,6 +136,8 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     folder = Path(os.path.abspath(os.path.expanduser(results_dir or
                                                      f"results/{label}-{time.strftime('%Y%m%d-%H%M%S')}")))
     made = inputs.prepare_results_dir(folder)  # before --mlflow may make its store: refused, none is made
+    if rec.storage_path:  # two runs whose results dirs share a name (or one made again) once shared one
+        rec.storage_name = f"{folder.name}-{secrets.token_hex(4)}"
     lock = inputs.lock(folder)
     ray_was_running = True  # until session.start says whether it started Ray
     try:

@@ -368,7 +368,7 @@ def check_tune_state(rec: records.RunRecord, folder: Path) -> None:
         return
     from tuning import backend
 
-    storage, name = backend.experiment_location(folder, rec.storage_path)
+    storage, name = backend.experiment_location(folder, rec.storage_path, rec.storage_name)
     local = storage.removeprefix("file://")
     if "://" in local:
         return

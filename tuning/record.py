@@ -106,6 +106,9 @@ class RunRecord:
     max_concurrent_trials: int | None = None
     smoke: dict = field(default_factory=dict)
     storage_path: str | None = None
+    # The run's folder under storage_path: its results dir's name and a random suffix, so that two
+    # runs whose results dirs share a name stay apart. None in a run.json older than it: the name alone.
+    storage_name: str | None = None
     tune_logs: bool = False
     precision: str | None = None
     time_budget_s: float | None = None

@@ -93,6 +93,7 @@ class RunSpec:
     # Where Tune keeps the experiment and trial checkpoints: a folder or URI every node reaches.
     # None: results_dir/tune, on this machine.
     storage_path: str | None = None
+    storage_name: str | None = None  # the experiment's folder there (experiment_location)
     progress: bool = True  # print the CLIReporter table
     # At most this often: the CLIReporter table, and on_progress(records) with every trial's
     # record (as run() returns them) while the run goes: tuning.run's live report.
@@ -155,7 +156,7 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
     before = signal.getsignal(signal.SIGINT)
     tune_handler_set = (threading.current_thread() is threading.main_thread()
                         and os.environ.get("TUNE_DISABLE_SIGINT_HANDLER", "0") == "0")
-    storage, name = experiment_location(spec.results_dir, spec.storage_path)
+    storage, name = experiment_location(spec.results_dir, spec.storage_path, spec.storage_name)
     progress = [parts.Progress(spec.rows_file, spec.progress_every_s, spec.on_progress)] if spec.on_progress else []
     planned = planned_epochs(spec)
     if spec.progress:
@@ -262,9 +263,9 @@ def _num_samples(spec: RunSpec) -> int:
     return spec.num_samples * (spaces.grid_size(spec.space) if spec.strategy == "grid" else 1)
 
 
-def experiment_location(results_dir: Path, storage_path: str | None) -> tuple[str, str]:
-    """(storage_path, name) for tune.run: results_dir/tune by default; on shared storage, a
-    folder named after the results dir, so runs sharing a storage path stay apart."""
+def experiment_location(results_dir: Path, storage_path: str | None, name: str | None = None) -> tuple[str, str]:
+    """(storage_path, name) for tune.run: results_dir/tune by default; on shared storage, the
+    run's own folder (`name`: run.json's storage_name), else one named after the results dir."""
     if storage_path is None:
         return str(results_dir.absolute()), EXPERIMENT_NAME
-    return storage_path, results_dir.name
+    return storage_path, name or results_dir.name
