@@ -303,3 +303,12 @@ def test_a_batches_folder_without_batches_meta_is_refused_naming_it(tmp_path, ki
     with pytest.raises(data.DataError, match=rf"CIFAR-10 in {folder} is damaged: .*batches.meta missing"):
         data.prepare(kind, folder, seed=0)
     assert sorted(p.name for p in folder.iterdir()) == ["data_batch_1"]
+
+
+def test_the_damaged_line_names_a_folder_whose_path_holds_spaces():
+    # It cut the first problem at its first space: "CIFAR-10 in /tmp/probe2 is damaged" for "/tmp/probe2/my data".
+    folder = Path("/data sets/my cifar/cifar-10-batches-py")
+    line = data.damaged([f"{folder / 'data_batch_1'} is missing",
+                         f"{folder / 'test_batch'} fails its md5 check (corrupt or partial download)"])
+    assert line == (f"CIFAR-10 in {folder} is damaged: data_batch_1 missing; test_batch fails its md5 check "
+                    "(corrupt or partial)")

@@ -71,7 +71,7 @@ def damaged(problems: list[str]) -> str:
     """CIFAR-10's problems (cifar10_problems) in one line, every file named."""
     missing = [Path(p.split(" is missing")[0]).name for p in problems if p.endswith(" is missing")]
     corrupt = [Path(p.split(" fails its md5")[0]).name for p in problems if " fails its md5" in p]
-    folder = Path(problems[0].split(" ")[0]).parent
+    folder = Path(problems[0].split(" is missing")[0].split(" fails its md5")[0]).parent  # a path may hold spaces
     parts = ([f"{', '.join(missing)} missing"] if missing else []) + (
         [f"{', '.join(corrupt)} {'fails its' if len(corrupt) == 1 else 'fail their'} md5 check (corrupt or partial)"]
         if corrupt else [])
