@@ -83,6 +83,9 @@ def check_trainer(space: spaces.Space, workers: int) -> None:
                 "trainer=your_function (or 'module:function'), or search the CIFAR trainer's own "
                 f"({', '.join(sorted(spaces.CIFAR_PARAMS))})")
     if not contract.is_user_trainer(space.trainer):
+        if workers > 1 and space.trainer != "cifar":  # ran as one process on all the ranks' CPUs, without a word
+            raise contract.ContractError(f"--workers-per-trial {workers}: {spaces.trainer_name(space.trainer)} "
+                                         "trains as one process (a benchmark, or a replay): drop it")
         return
     fn = contract.resolve(space.trainer)
     name = spaces.trainer_name(space.trainer)
