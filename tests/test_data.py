@@ -277,8 +277,10 @@ def test_a_tarball_copied_into_the_data_dir_is_unpacked_once_its_md5_holds(tmp_p
     monkeypatch.setattr(CIFAR10, "tgz_md5", hashlib.md5(tarball.read_bytes()).hexdigest())
     got = data.prepare("cifar10", mine)
     assert got.kind == "cifar10" and (mine / "cifar-10-batches-py" / "test_batch").is_file()
-    # and given the batches folder itself, the folder above it is the data dir
+    # and given the batches folder itself, the folder above it is the data dir, for synthetic data too
     assert data.prepare("cifar10", mine / "cifar-10-batches-py").root == str(mine)
+    made = data.prepare("synthetic", mine / "cifar-10-batches-py", seed=0, synthetic_train=500, synthetic_test=100)
+    assert Path(made.root).parent == mine / "synthetic" and not (mine / "cifar-10-batches-py" / "synthetic").exists()
 
 
 def test_a_damaged_synthetic_file_is_written_again_before_a_run(tmp_path, caplog):

@@ -150,8 +150,8 @@ def prepare(kind: str, data_dir: str | os.PathLike, *, seed: int = 0, synthetic_
     if data_dir.exists() and not data_dir.is_dir():
         raise DataError(f"--data-dir {data_dir} is a file: give the folder that holds (or is to hold) "
                         "cifar-10-batches-py")
+    data_dir = data_root(data_dir)  # synthetic too: it was written inside CIFAR-10's own folder
     if kind in ("auto", "cifar10"):
-        data_dir = data_root(data_dir)
         problems = cifar10_problems(data_dir)
         if (data_dir / _cifar10().base_folder).exists() and problems:  # there, but damaged: never fall back quietly
             raise DataError(f"{damaged(problems)}: copy or download CIFAR-10 again (docs/data.md)")
