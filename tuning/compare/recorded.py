@@ -347,7 +347,7 @@ def report_blocks(runs: pd.DataFrame, exp: dict, strategies: list[str]) -> list[
         *([("p", "Where those trials ended (epoch: trials), for the strategies with trials that ended early. A trial "
                  "ended where its scheduler stopped (or paused it for good) or where the run's budget ran out "
                  "while it trained (at most the trials running at the end)."),
-           ("table", fmt(ends.drop(columns="trial_id")))] if len(ends.columns) > 1 + sum(p in ends for p in params) else []),
+           ("table", fmt(ends.drop(columns="trial_id")))] if set(ends) - {"trial_id", *params} else []),
         ("p", "Limits: a replay knows only the recorded points" + (f" ({'; '.join(continuous)})" if continuous
                                                                   else "") +
               ", so a continuous parameter is replayed on the values that were recorded; and with one recorded "
