@@ -112,6 +112,18 @@ def test_the_line_never_reaches_the_end_while_a_trial_runs(capsys):
     assert "plan grew" not in est.line("loss") and est.planned == 54
 
 
+def test_the_summary_says_why_each_agreement_weighted_strategy_outgrew_its_plan():
+    """tpe and adaptive start trials past rungs the run has not seen rank like the top (a smoke run
+    of cifar_tpe trained 27 epochs of 18 planned): the end line names that, not a shrug."""
+    def end(strategy):
+        return progress.estimate(done=27, done_at_start=0, planned=18, elapsed_s=41, epoch_s=[1.0], at_once=2,
+                                 best=None, running=0, waiting=0, strategy=strategy).line("loss", finished=True)
+
+    assert "27 epochs of 18 planned (9 more: tpe started trials past rungs not yet seen to rank like the top" in end("tpe")
+    assert "(9 more: adaptive opened brackets that start past rungs seen to rank unlike the top)" in end("adaptive")
+    assert "(9 more: the strategy trained more than its arithmetic expected)" in end("bohb")
+
+
 def test_a_resumed_run_keeps_its_elapsed_time(ray_here, tmp_path, capsys):
     """A time budget stops the first segment; the resume's first line goes on from the wall time
     run.json recorded for it, not from 0 s."""

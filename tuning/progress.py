@@ -180,12 +180,22 @@ def estimate(*, done: int, done_at_start: int, planned: int, elapsed_s: float, e
                     why=why_grown(strategy, done=done, planned=planned, running=running, waiting=waiting))
 
 
+# Why a strategy trains past its first plan, where its arithmetic knows it can (module docstring;
+# docs/strategies.md): ASHA's asynchronous rungs, and the agreement-weighted brackets of tpe and
+# adaptive, which start trials past rungs the run has not seen rank like the top.
+OUTGROWN = {
+    "asha": "ASHA let trials on before their rungs could judge them",
+    "tpe": "tpe started trials past rungs not yet seen to rank like the top, and let trials on before "
+           "their rungs could judge them",
+    "adaptive": "adaptive opened brackets that start past rungs seen to rank unlike the top",
+}
+
+
 def why_grown(strategy: str, *, done: int, planned: int, running: int, waiting: int) -> str:
     """Why a run's live plan is above its first one, in words; "" where it is not."""
     reasons = []
     if done > planned:
-        reasons.append("ASHA let trials on before their rungs could judge them"
-                       if strategy == "asha" else "the strategy trained more than its arithmetic expected")
+        reasons.append(OUTGROWN.get(strategy, "the strategy trained more than its arithmetic expected"))
     if done + running + waiting > max(planned, done):
         reasons.append(" and ".join(f"{n} {what}" for n, what in ((running, "running"), (waiting, "waiting")) if n)
                        + ", each with an epoch to come")
