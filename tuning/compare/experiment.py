@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tuning import cli, objectives, provenance, spaces
+from tuning import cli, objectives, provenance, results, spaces
 from tuning.compare import mobench, peers, recorded as replay
 from tuning.cli import UsageError
 from tuning.report import mocompare
@@ -213,3 +214,51 @@ def table_experiment(space: str, tasks: tuple, description: str):
     return Experiment(space=space, budget=100, seeds=tuple(range(10)), strategies=("random", "bohb", "adaptive", "tpe"),
                       tasks=tasks, reference_point={t: mobench.reference(t) for t in tasks},
                       smoke={"budget": 6, "seeds": 1, "tasks": 1}, description=description)
+
+
+# The columns tuning.compare writes in runs.csv for every result: a parameter of the same name would overwrite one.
+ROW_COLUMNS = ("benchmark", "strategy", "seed", "run_id", "trial_id", "training_iteration", "loss", "full_fidelity",
+               "consumed_budget", "wall_s", "device_hours", "epoch", "accuracy", "recorded_trial")
+
+
+def check_out(out: Path, exp: Experiment, space: spaces.Space, *, max_t: int, budget: float, smoke: bool) -> None:
+    """Before anything is written: the output folder can be made, and the finished runs it keeps
+    were made by this comparison (runs of another space, max_t or budget would be reported as
+    this one's), and no parameter takes the name of a column every result row has."""
+    clash = [p for p in space.params if p in ROW_COLUMNS or p == space.metric]
+    if clash:
+        raise UsageError(f"parameter {clash[0]!r} has the name of a column runs.csv has for every result: name it "
+                         f"otherwise in the space and the trainer (e.g. {clash[0]}_fn) to compare it")
+    before = out / "experiment.json"
+    if out.is_dir() and not before.is_file() and not (out / "runs").is_dir() and any(out.iterdir()):
+        # A comparison writes its report, runs.csv and the rest there: another run's would be overwritten.
+        raise UsageError(f"--out {out} already holds other files ({', '.join(sorted(p.name for p in out.iterdir())[:4])}"
+                         f"{', ...' if len(list(out.iterdir())) > 4 else ''}) and no comparison: give a new or empty "
+                         "folder")
+    if before.is_file():
+        try:
+            old = results.read_json(before)
+        except results.ReadError as exc:
+            raise UsageError(f"--out {out}: {exc}: give another --out") from None
+        now = {"space": provenance.portable(exp.space), "metric": space.metric, "mode": space.mode,
+               "params": list(space.params), "max_t": max_t, "budget": budget, "smoke": smoke,
+               # as experiment.json holds them (JSON): a run of other objectives or bounds is another comparison
+               **json.loads(json.dumps({"objectives": objectives.of(space), "constraints": space.constraints},
+                                       default=results.plain_json))}
+        # A space file by its name: the path recorded is relative to wherever the comparison ran from.
+        same = {"space": lambda a, b: a == b or (str(a).endswith(".py") and Path(a).name == Path(b).name)}
+        differ = [f"{k} {_said(old[k])} there, {_said(v)} now" for k, v in now.items()
+                  if k in old and not same.get(k, lambda a, b: a == b)(old[k], v)]
+        if differ:
+            raise UsageError(f"--out {out} holds the runs of another comparison ({'; '.join(differ)}): give another "
+                             "--out, or the same settings to go on with it")
+    try:
+        (out / "runs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot make the folder there ({exc.strerror or exc}): give a folder you "
+                         "can write") from None
+
+
+def _said(value) -> str:
+    # JSON keeps a budget of 6.0 as 6: a float with an integer's value reads as one, so "budget 6 there, 9 now".
+    return repr(int(value)) if isinstance(value, float) and value.is_integer() else repr(value)

@@ -31,8 +31,8 @@ import pandas as pd
 from tuning import api, backend, cli, growth, objectives, provenance, results, spaces, tracking, tracking_store
 from tuning.cli import UsageError
 from tuning.compare import mobench, peers, recorded as replay
-from tuning.compare.experiment import (Experiment, load_experiment, replay_experiment, several_fields, space_of,
-                                       trainer_of)
+from tuning.compare.experiment import (Experiment, check_out, load_experiment, replay_experiment, several_fields,
+                                       space_of, trainer_of)
 from tuning.report import comparison as report
 
 if TYPE_CHECKING:  # tuning.trial.data imports torch (3 s): only a CIFAR comparison's driver needs it
@@ -69,49 +69,6 @@ def _run_rows(rows: list[dict], *, benchmark: str, strategy: str, seed: int, max
     return pd.DataFrame(out)
 
 
-# The columns _run_rows writes for every result: a parameter of the same name would overwrite one.
-ROW_COLUMNS = ("benchmark", "strategy", "seed", "run_id", "trial_id", "training_iteration", "loss", "full_fidelity",
-               "consumed_budget", "wall_s", "device_hours", "epoch", "accuracy", "recorded_trial")
-
-
-def _check_out(out: Path, exp: Experiment, space: spaces.Space, *, max_t: int, budget: float, smoke: bool) -> None:
-    """Before anything is written: the output folder can be made, and the finished runs it keeps
-    were made by this comparison (runs of another space, max_t or budget would be reported as
-    this one's), and no parameter takes the name of a column every result row has."""
-    clash = [p for p in space.params if p in ROW_COLUMNS or p == space.metric]
-    if clash:
-        raise UsageError(f"parameter {clash[0]!r} has the name of a column runs.csv has for every result: name it "
-                         f"otherwise in the space and the trainer (e.g. {clash[0]}_fn) to compare it")
-    before = out / "experiment.json"
-    if out.is_dir() and not before.is_file() and not (out / "runs").is_dir() and any(out.iterdir()):
-        # A comparison writes its report, runs.csv and the rest there: another run's would be overwritten.
-        raise UsageError(f"--out {out} already holds other files ({', '.join(sorted(p.name for p in out.iterdir())[:4])}"
-                         f"{', ...' if len(list(out.iterdir())) > 4 else ''}) and no comparison: give a new or empty "
-                         "folder")
-    if before.is_file():
-        try:
-            old = results.read_json(before)
-        except results.ReadError as exc:
-            raise UsageError(f"--out {out}: {exc}: give another --out") from None
-        now = {"space": provenance.portable(exp.space), "metric": space.metric, "mode": space.mode,
-               "params": list(space.params), "max_t": max_t, "budget": budget, "smoke": smoke,
-               # as experiment.json holds them (JSON): a run of other objectives or bounds is another comparison
-               **json.loads(json.dumps({"objectives": objectives.of(space), "constraints": space.constraints},
-                                       default=results.plain_json))}
-        # A space file by its name: the path recorded is relative to wherever the comparison ran from.
-        same = {"space": lambda a, b: a == b or (str(a).endswith(".py") and Path(a).name == Path(b).name)}
-        differ = [f"{k} {old[k]!r} there, {v!r} now" for k, v in now.items()
-                  if k in old and not same.get(k, lambda a, b: a == b)(old[k], v)]
-        if differ:
-            raise UsageError(f"--out {out} holds the runs of another comparison ({'; '.join(differ)}): give another "
-                             "--out, or the same settings to go on with it")
-    try:
-        (out / "runs").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot make the folder there ({exc.strerror or exc}): give a folder you "
-                         "can write") from None
-
-
 def _write_csv(df: pd.DataFrame, path: Path) -> None:
     # A run's file appears whole or not at all: it marks the run finished.
     results.write_atomic(path, lambda p: df.to_csv(p, index=False))
@@ -146,7 +103,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     seed_list = list(exp.seeds if seeds is None and "seeds" not in over else
                      range(seeds if seeds is not None else over["seeds"]))
     params = list(space.params)
-    _check_out(out, exp, space, max_t=max_t, budget=budget, smoke=smoke)
+    check_out(out, exp, space, max_t=max_t, budget=budget, smoke=smoke)
     peer_names = _peers(exp, space)
     jobs = [(s, seed) for seed in seed_list for s in (*exp.strategies, *peer_names)]
     todo = [(s, seed) for s, seed in jobs if not (out / "runs" / f"{s}-s{seed}.csv").exists()]
