@@ -10,9 +10,11 @@ import re
 import subprocess
 import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
+from cli_helpers import refused
 from conftest import ROOT
 from tuning.bench.harness import FULL_SIZE_ONLY, GOALS
 
@@ -91,3 +93,21 @@ def test_quick_bench_produces_every_figure(tmp_path):
         assert rest == (r["goal"] + " " + r["detail"]).split()
     machine = json.loads((out / "machine.json").read_text())
     assert machine["cpus"] >= 1 and len(machine["git_commit"].removesuffix("-dirty")) == 40
+
+
+def test_the_benches_generate_their_data_where_data_dir_says(tmp_path, capsys):
+    """tuning.bench wrote its synthetic images to ./data wherever it ran, with no way to say
+    otherwise (a full run writes 50,000 of them); a file given as the folder is refused before any
+    section runs."""
+    from tuning.bench import harness, measure as bench
+
+    try:
+        assert bench.main(["--quick", "--only", "data", "--data-dir", str(tmp_path / "mine"),
+                           "--out", str(tmp_path / "out")]) == 0
+    finally:
+        harness.DATA_DIR = Path("data")  # as a later test in this process expects it
+    assert any((tmp_path / "mine" / "synthetic").iterdir())
+    (tmp_path / "file").write_text("")
+    refused(capsys, bench.main, ["--data-dir", str(tmp_path / "file"), "--out", str(tmp_path / "o2")],
+            f"--data-dir {tmp_path / 'file'} is a file")
+    assert not (tmp_path / "o2").exists()

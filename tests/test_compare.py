@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -395,3 +396,20 @@ def test_a_warm_started_strategy_runs_from_its_source_run_and_is_judged_against_
     md = (out / "report.md").read_text()
     assert "Significance against bohb" in md and "speed-up vs bohb" in md
     assert json.loads((out / "experiment.json").read_text())["reference"] == "bohb"
+
+
+def test_a_cifar_comparison_reads_its_data_where_data_dir_says(capsys, tmp_path):
+    """tuning.compare read CIFAR-10 from ./data only: a user whose copy lives elsewhere could not
+    compare on it. --data-dir reaches the data (a file there is refused as tuning.run refuses it),
+    and a comparison that trains no CIFAR refuses the flag rather than ignore it."""
+    from tuning.compare import runner
+
+    (tmp_path / "file").write_text("")
+    refused(capsys, compare.main, ["experiments/cifar_strategies", "--smoke", "--out", str(tmp_path / "out"),
+                                   "--data-dir", str(tmp_path / "file")], f"--data-dir {tmp_path / 'file'} is a file")
+    refused(capsys, compare.main, ["experiments/counting_ones", "--out", str(tmp_path / "c"), "--data-dir", "d"],
+            "--data-dir is for a CIFAR comparison's images", "drop it")
+    refused(capsys, compare.main, ["experiments/cifar_strategies", "--out", str(tmp_path / "c"), "--data-dir", " "],
+            "--data-dir '' names no folder")
+    source = runner._source(spaces.load("cifar_asha"), True, str(tmp_path / "mine"))
+    assert source.kind == "synthetic" and tmp_path / "mine" in Path(source.root).parents

@@ -29,13 +29,21 @@ GOALS = {"harness_overhead_ratio": "<= 1.05", "trial_overhead_later_ms": "<= 50"
 FULL_SIZE_ONLY = frozenset(m for m in GOALS if m.endswith(("_2000", "_10000")))
 
 
-def synthetic(n_train: int):
-    """Synthetic CIFAR-10 with at least n_train training images beside a validation tenth, under ./data."""
+# Where the benches find CIFAR-10 (node_memory) and generate their synthetic images: ./data unless
+# tuning.bench --data-dir says otherwise (set once, before any section runs).
+DATA_DIR = Path("data")
+
+
+def generated(n_train: int, n_test: int = 1000):
+    """Synthetic CIFAR-10 of n_train training and n_test test images, under DATA_DIR."""
     from tuning.trial import data
 
-    src = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=max(n_train + n_train // 9, 5000),
-                       synthetic_test=1000)
-    return src
+    return data.prepare("synthetic", DATA_DIR, seed=0, synthetic_train=n_train, synthetic_test=n_test)
+
+
+def synthetic(n_train: int):
+    """Synthetic CIFAR-10 with at least n_train training images beside a validation tenth, under DATA_DIR."""
+    return generated(max(n_train + n_train // 9, 5000))
 
 
 def run_tune(space, strategy: str, *, num_samples: int, max_epochs: int, cpus: float, source=None,

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 
 from tuning import cli, provenance, spaces
 from tuning.trial import data, datasplit, distributed, forkserver, trainer
+from tuning.bench import harness
 from tuning.bench.harness import (OVERHEAD_KINDS, overhead_in_fresh_process, row, run_tune, synthetic,
                                   trainer_vs_bare, write_rows)
 from tuning.bench.memory import bench_memory, bench_node_memory
@@ -122,7 +123,7 @@ def bench_throughput(quick: bool) -> list[dict]:
 
 def bench_data(quick: bool) -> list[dict]:
     n = 10_000 if quick else 50_000
-    src = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=n, synthetic_test=1000)
+    src = harness.generated(n)
     t = time.perf_counter()
     train, _ = data.read_train_val(src, shared=False)
     first = time.perf_counter() - t
@@ -203,7 +204,7 @@ def bench_ddp(quick: bool) -> list[dict]:
     rows = []
     cpus = os.cpu_count() or 1
     n_train, epochs, batch = (512, 2, 256) if quick else (8192, 2, 256)
-    src = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=10_000, synthetic_test=1000)
+    src = harness.generated(10_000)
     train, val = data.load_train_val(src, max_train=n_train, max_val=1000)
     kw = dict(lr=2e-3, batch_size=batch, epochs=epochs, train=train, val=val, seed=0)
 
@@ -266,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="smaller sizes: a few minutes")
     p.add_argument("--only", choices=SECTIONS, action="append", help="run only this section (repeatable)")
     p.add_argument("--out", default=None, help="results folder (default results/bench-<time>)")
+    p.add_argument("--data-dir", default=str(harness.DATA_DIR), metavar="DIR",
+                   help="where the benches generate synthetic CIFAR-10, and node_memory reads CIFAR-10 if it is "
+                        "there (default ./data)")
     p.add_argument("--no-shared-data", action="store_true",
                    help=f"every trial decodes its own copy of the data ({datasplit.SHARED_ENV}=0), as before the "
                         "node's shared copy; node_memory then measures only that")
@@ -274,10 +278,14 @@ def main(argv: list[str] | None = None) -> int:
                         "node's fork server; node_memory then leaves out its forked mode")
     try:
         args = p.parse_args(argv)
+        cli.check_folder_named("data_dir", args.data_dir)
+        if Path(args.data_dir).expanduser().is_file():  # found before minutes of other sections, not after
+            raise cli.UsageError(f"--data-dir {args.data_dir} is a file: give a folder")
     except cli.UsageError as exc:
         print(f"tuning.bench: error: {exc}", file=sys.stderr)
         return 2
     cli.quiet_libraries()
+    harness.DATA_DIR = Path(args.data_dir).expanduser()
     if args.no_shared_data:  # before Ray starts: its trial processes inherit the environment
         os.environ[datasplit.SHARED_ENV] = "0"
     if args.no_fork_server:

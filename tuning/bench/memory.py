@@ -7,10 +7,10 @@ import dataclasses
 import os
 import re
 import threading
-from pathlib import Path
 
 from tuning import spaces
 from tuning.trial import data, datasplit
+from tuning.bench import harness
 from tuning.bench.harness import row, run_tune, synthetic
 
 MAX_STEPS = 20  # optimizer steps per node-memory trial: enough to reach the training peak
@@ -128,12 +128,12 @@ def bench_node_memory(quick: bool) -> list[dict]:
 
     cpus = os.cpu_count() or 1
     if quick:
-        source = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=2000, synthetic_test=200)
+        source = harness.generated(2000, 200)
         counts, what = (1, 2), "2,000 synthetic images"
-    elif data.has_cifar10("data"):
-        source, counts, what = data.DataSource("cifar10", str(Path("data").absolute())), (1, 2, 4), "CIFAR-10"
+    elif data.has_cifar10(harness.DATA_DIR):
+        source, counts, what = data.DataSource("cifar10", str(harness.DATA_DIR.absolute())), (1, 2, 4), "CIFAR-10"
     else:
-        source = data.prepare("synthetic", Path("data"), seed=0, synthetic_train=50_000, synthetic_test=1000)
+        source = harness.generated(50_000)
         counts, what = (1, 2, 4), "50,000 synthetic images (CIFAR-10's format and size)"
     # Memory, not speed, is measured: a capped epoch loads and augments the whole split as a full one
     # does, and the six steps (1, 2, 4 trials, twice) take minutes here, not the ~90 min full epochs took.

@@ -89,9 +89,10 @@ def run_tasks(name: str, exp: Experiment, out: Path, *, tasks: tuple, argv: list
 
 def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None, budget: float | None,
         argv: list[str], address: str | None = None, storage_path: str | None = None,
-        track: tracking_store.Target | None = None, trainer: str | None = None) -> Path:
+        track: tracking_store.Target | None = None, trainer: str | None = None, data_dir: str = "data") -> Path:
     """The comparison; track: also log it to MLflow (tuning.tracking.Comparison), whose lines are
-    printed at the end; trainer: one of the experiment's tasks instead of the space's trainer."""
+    printed at the end; trainer: one of the experiment's tasks instead of the space's trainer;
+    data_dir: where a CIFAR comparison finds CIFAR-10 or generates its synthetic images."""
     space, recorded = space_of(exp.space)
     if trainer:
         space = space.replace(trainer=trainer_of(trainer))
@@ -108,7 +109,7 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     jobs = [(s, seed) for seed in seed_list for s in (*exp.strategies, *peer_names)]
     todo = [(s, seed) for s, seed in jobs if not (out / "runs" / f"{s}-s{seed}.csv").exists()]
 
-    source = _source(space, smoke)
+    source = _source(space, smoke, data_dir)
     cpus = cli.SMOKE_CPUS if smoke else None
     if recorded is not None and recorded.parallelism:
         # As many trials at once as the recorded run trained: the order results arrive in, which
@@ -172,14 +173,14 @@ def _peers(exp: Experiment, space: spaces.Space) -> tuple:
     return peers.declared(exp.peers, space)
 
 
-def _source(space: spaces.Space, smoke: bool) -> data.DataSource | None:
+def _source(space: spaces.Space, smoke: bool, data_dir: str) -> data.DataSource | None:
     """The CIFAR data a comparison trains on (None for a synthetic benchmark)."""
     if space.trainer != "cifar":
         return None
     from tuning.trial import data
 
     sizes = {k: api.SMOKE[k] for k in ("synthetic_train", "synthetic_test")} if smoke else {}  # tuning.run --smoke's
-    source = data.prepare("synthetic" if smoke else "auto", Path("data"), seed=0, **sizes)
+    source = data.prepare("synthetic" if smoke else "auto", Path(data_dir).expanduser(), seed=0, **sizes)
     log.warning("DATA: %s (%s)", "SYNTHETIC CIFAR-10-shaped images" if source.kind == "synthetic"
                 else "real CIFAR-10", source.root)
     return source
@@ -298,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
                         "finished so far): a long experiment split across sittings")
     p.add_argument("--out", help="output folder (default results/compare/<name>[-smoke]); finished runs "
                                  "in it are kept, not run again")
+    p.add_argument("--data-dir", metavar="DIR",
+                   help="a CIFAR comparison's data: where CIFAR-10 lives or synthetic images are generated "
+                        "(default ./data)")
     p.add_argument("--address", metavar="auto|HOST:PORT",
                    help="run on the Ray cluster there instead of starting a local Ray")
     p.add_argument("--storage-path", metavar="DIR|URI", type=cli.storage_path,
@@ -332,7 +336,10 @@ def main(argv: list[str] | None = None) -> int:
                 exp = dataclasses.replace(exp, strategies=tuple(s for s in exp.strategies if s in args.strategies),
                                           peers=tuple(s for s in exp.peers if s in args.strategies))
             setting = dict(smoke=args.smoke, seeds=args.seeds, budget=args.budget, argv=argv, address=args.address,
-                           storage_path=args.storage_path, track=track)
+                           storage_path=args.storage_path, track=track, data_dir=args.data_dir or "data")
+            cli.check_folder_named("data_dir", args.data_dir)
+            if args.data_dir is not None and (exp.tasks or space_of(exp.space)[0].trainer != "cifar"):
+                raise UsageError(f"--data-dir is for a CIFAR comparison's images; {name} trains no CIFAR: drop it")
             if args.tasks and not set(args.tasks) <= set(exp.tasks):
                 raise UsageError(f"--tasks: {sorted(set(args.tasks) - set(exp.tasks))[0]!r} is not one of the "
                                  f"experiment's tasks ({', '.join(exp.tasks) or 'it has none'})")
