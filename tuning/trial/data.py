@@ -85,7 +85,8 @@ def data_root(data_dir: str | os.PathLike) -> Path:
     base = _cifar10().base_folder
     names = ("batches.meta", "test_batch", *(f"data_batch_{i}" for i in range(1, 6)))
     if data_dir.name == base and any((data_dir / n).exists() for n in names) and not (data_dir / base).exists():
-        log.info("%s is CIFAR-10's own folder: reading it from %s", data_dir, data_dir.parent)
+        log.info("%s is CIFAR-10's own folder: using the one above it, %s, as torchvision does", data_dir,
+                 data_dir.parent)
         return data_dir.parent
     return data_dir
 
