@@ -35,7 +35,7 @@ def test_cli_reporter_table_is_what_the_user_sees(asha_run):
 def test_ray_noise_does_not_bury_the_table(asha_run):
     both = asha_run[0].stdout + asha_run[0].stderr
     for noise in ("Token authentication is enabled", "Checkpoint successfully created",
-                  "sigterm_handler", "Traceback"):
+                  "sigterm_handler", "Traceback", "Total run time:"):
         assert noise not in both
 
 

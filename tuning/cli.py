@@ -262,6 +262,8 @@ class _DropNoise(logging.Filter):
              # An ERROR line on a clean stop (a spent time budget, Ctrl-C) too; the summary names every
              # failed trial with its error, and what a stop left to do.
              "Trials did not complete:",
+             # Tune's INFO line at the end of every tune.run: the summary's "Ended after ..." says it.
+             "Total run time:",
              # The bench's raw tune.run, its result files off as ours are (tuning's own runs do not
              # read them back: tuning/backend/snapshots.py).
              "Failed to fetch metrics for", "Could not fetch metrics for")
