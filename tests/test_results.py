@@ -172,3 +172,20 @@ def test_the_machine_is_named_without_importing_torch():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "False"
+
+
+def test_a_csv_table_cut_short_mid_row_leaves_its_last_row_out_with_a_warning(tmp_path, caplog):
+    """epochs.csv cut off mid-file (a copy that stopped) was read as it was: its last row with a loss
+    cut mid-digit, or empty cells, as if measured."""
+    folder = _run(tmp_path / "run")
+    (folder / "epochs.parquet").unlink()
+    text = (folder / "epochs.csv").read_text()
+    (folder / "epochs.csv").write_text(text[:-5])  # the last row loses its last characters and its newline
+    with caplog.at_level("WARNING", logger="tuning.results"):
+        cut = results.read_table(folder, "epochs")
+    pd.testing.assert_frame_equal(cut, EPOCHS.iloc[:-1])
+    assert "epochs.csv ends mid-row" in caplog.text and "last row is left out" in caplog.text
+    caplog.clear()
+    (folder / "epochs.csv").write_text(text)  # whole: every row, no word
+    pd.testing.assert_frame_equal(results.read_table(folder, "epochs"), EPOCHS)
+    assert "mid-row" not in caplog.text

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -370,15 +371,26 @@ def read_table(folder: Path, name: str) -> pd.DataFrame | None:
     if not path.exists():
         return None
     try:  # pandas 3 parses floats exactly: a value read from the CSV is the one written, to the last bit
-        return pd.read_parquet(path) if path == parquet else pd.read_csv(path, dtype=ID_COLUMNS)
+        return pd.read_parquet(path) if path == parquet else _read_csv(path)
     except Exception as exc:  # pyarrow and the CSV parser raise many types; any of them means unreadable
         if path == parquet and csv.exists():  # the same table, written beside it
             log.warning("%s cannot be read (%s): reading %s", parquet, type(exc).__name__, csv.name)
             try:
-                return pd.read_csv(csv, dtype=ID_COLUMNS)
+                return _read_csv(csv)
             except Exception:
                 pass
         raise ReadError(path, exc) from None
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    """Our CSV tables end with a newline (written whole, then renamed): one that ends mid-row was cut
+    short since (a copy that stopped), and its last row would be read with a number cut mid-digit."""
+    df = pd.read_csv(path, dtype=ID_COLUMNS)
+    with open(path, "rb") as f:  # df is not empty: neither is the file
+        cut = len(df) and f.seek(-1, os.SEEK_END) >= 0 and f.read(1) != b"\n"
+    if cut:
+        log.warning("%s ends mid-row (cut short, as by a copy that stopped): its last row is left out", path)
+    return df.iloc[:-1] if cut else df
 
 
 def read_json(path: Path):
