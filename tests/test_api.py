@@ -369,6 +369,22 @@ def test_a_branch_without_the_metric_stops_the_run_naming_its_trial_and_the_tria
     assert (trials.loc[trials["optimizer"] == "adamw", "status"] == "TERMINATED").all()
 
 
+@pytest.mark.parametrize("how", ["tune", "train"])
+def test_a_trainer_that_reports_to_ray_itself_stops_the_run_saying_to_call_on_epoch(ray_here, tmp_path, how):
+    """A trainer ported from Ray Tune that kept tune.report ran without a word: no checkpoint (paused
+    trials trained again from scratch), no NaN check, and a best trial that never trained the full
+    budget; ray.train.report failed every trial with Ray's advice to call tune.report."""
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:reports_to_ray",
+                         fixed={"how": how}, metric="loss", mode="min", max_epochs=2, gpus_per_trial=0)
+    with pytest.raises(tuning.TuningError) as err:
+        tuning.search(None, space, strategy="random", num_samples=2, results_dir=tmp_path / "r", seed=0)
+    line = str(err.value)
+    assert "the trainer reported to Ray itself" in line and "call on_epoch(metrics, state) instead" in line
+    assert ", its first result (files kept in" in line and len(line.splitlines()) == 1
+    trials = pd.read_csv(tmp_path / "r" / "trials.csv")
+    assert (trials["status"] == "ERROR").any() and trials["error"].str.contains("reported to Ray itself").any()
+
+
 def test_a_tilde_in_a_results_dir_is_the_home_folder(tmp_path, monkeypatch):
     """'~/r' (quoted, or --results-dir=~/r, which no shell expands) made a folder named ~ where the
     command ran."""

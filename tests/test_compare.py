@@ -81,6 +81,21 @@ def test_strategy_runs_get_equal_budgets(smoke):
     assert runs.groupby("run_id")["strategy"].first().value_counts().to_dict() == dict.fromkeys(RUNS, 1)
 
 
+def test_the_budget_counts_every_result_a_trials_last_one_too():
+    """Tune's CombinedStopper stops asking at the first stopper that says stop: max_epochs said it at
+    each trial's last epoch, so the budget never counted that epoch (a random search of 6 full
+    evaluations of 81 iterations trained 491)."""
+    from tuning import results
+    from tuning.backend import stoppers
+
+    stop = stoppers.stopper(3, 6)
+    said = [stop(trial, {"training_iteration": i, stoppers.OURS: 0.0}) for trial in "ab" for i in (1, 2, 3)]
+    assert said == [False, False, True, False, False, True] and stop.stop_all()
+    # A result that did not come through on_epoch (the trainer's own tune.report) stops the run, saying why.
+    stop, result = stoppers.stopper(3, None), {"training_iteration": 1, "loss": 0.5}
+    assert stop("c", result) and stop.stop_all() and "reported to Ray itself" in result[results.METRIC_ERROR]
+
+
 def test_every_run_is_tagged_and_no_epoch_trained_twice(smoke):
     runs = pd.read_csv(smoke[1] / "runs.csv")
     assert set(runs["benchmark"]) == {"counting_ones"}

@@ -179,3 +179,12 @@ def reports_a_number(*, lr, epochs, state=None, on_epoch):
     """Optuna's habit: trial.report(value, step)."""
     for e in _epochs(state, epochs):
         on_epoch(lr, e)
+
+
+def reports_to_ray(*, lr, epochs, state=None, on_epoch, how="tune"):
+    """Ported from Ray Tune with its signature changed but Ray's report kept: on_epoch never called."""
+    import ray.train
+    from ray import tune
+
+    for e in _epochs(state, epochs):
+        (tune.report if how == "tune" else ray.train.report)({"loss": (lr - 0.3) ** 2 + 1 / (e + 1)})

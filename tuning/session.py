@@ -208,9 +208,10 @@ def _metric_error(records: list[TrialRecord], metric: str, since: float) -> tupl
     # Trials that had reported it by then (one that started as the run stopped may have since).
     fine = sum(any(results.is_number(r.get(metric)) and r.get("ended_at", at) < at for r in rec.rows)
                for rec in records if rec is not first)
-    where = (f"trial {first.trial_id} ({', '.join(f'{k}={v!r}' for k, v in first.config.items())}), the first result "
-             f"without a usable {metric}" + (f", after {fine} trial{'s' * (fine != 1)} had reported one: a branch of "
-                                            "the space that lacks it?" if fine else ""))
+    which = "its first result" if wrong == contract.RAY_REPORT else f"the first result without a usable {metric}"
+    where = (f"trial {first.trial_id} ({', '.join(f'{k}={v!r}' for k, v in first.config.items())}), {which}"
+             + (f", after {fine} trial{'s' * (fine != 1)} had reported one: a branch of the space that lacks it?"
+                if fine and wrong != contract.RAY_REPORT else ""))
     return wrong, where
 
 

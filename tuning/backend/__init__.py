@@ -138,7 +138,7 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
 
     from tuning.backend import budget as time_budget
     from tuning.backend import interrupted as cut_short
-    from tuning.backend import snapshots, strategies, trainables
+    from tuning.backend import snapshots, stoppers, strategies, trainables
 
     parts = _tune_parts()
     space = spec.space
@@ -161,7 +161,7 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
     planned = planned_epochs(spec)
     if spec.progress:
         say.info("Planned: %d epochs in all (%s, %s)", planned, spec.strategy, _plan_words(spec))
-    stopper = parts.stopper(spec.max_epochs, spec.budget_iterations)
+    stopper = stoppers.stopper(spec.max_epochs, spec.budget_iterations)
     row_log, endings = parts.RowLog(spec.rows_file), cut_short.Endings(stopper)
     with tune_switches(spec.snapshot_every_step), snapshots.cheaper(), prestarted_workers():
         analysis = parts.raising_write_errors(tune.run, row_log)(

@@ -169,7 +169,14 @@ def train_function(config: dict, *, trainer, source, max_epochs: int,
                          threads=threads, workers=workers, on_epoch=report)
         else:
             fn = contract.resolve(trainer)
-            returned = _train_user(fn, kwargs, seed=seed, threads=threads, workers=workers, on_epoch=report)
+            try:
+                returned = _train_user(fn, kwargs, seed=seed, threads=threads, workers=workers, on_epoch=report)
+            except DeprecationWarning as exc:  # Ray's refusal of ray.train.report in Tune points at tune.report
+                if "ray.train.report" not in str(exc):
+                    raise
+                tune.report({**_stand_ins((metric, *others), {}, diverged_value),
+                             results.METRIC_ERROR: contract.RAY_REPORT, "ended_at": time.time()})
+                return
             if report.epochs[0] == 0:  # a fresh trial that never called on_epoch (a resumed one may have nothing left)
                 _report_returned(report, returned, metric, diverged_value, spaces.trainer_name(fn), one_report, others)
     except _Diverged:

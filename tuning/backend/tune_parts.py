@@ -1,4 +1,4 @@
-"""The pieces tuning.backend hands tune.run that subclass Ray's own: callbacks, a stopper, the
+"""The pieces tuning.backend hands tune.run that subclass Ray's own: callbacks, the
 progress reporter, the synthetic benchmarks' trainable, and the reading of a Tune trial back into
 plain data. Imported lazily, once, by tuning.backend when Tune is used: it imports Ray, and the
 CLIs answer --help and bad input without it.
@@ -21,7 +21,6 @@ import ray
 from ray import tune
 from ray.tune import Callback
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback, TBXLoggerCallback
-from ray.tune.stopper import CombinedStopper, MaximumIterationStopper, Stopper
 
 from tuning import objectives, progress, results, spaces
 from tuning import params as param_types
@@ -47,50 +46,6 @@ class Recorder(Callback):
     def on_trial_result(self, iteration, trials, trial, result, **info):
         self.rows.append({**result, "trial_id": trial.trial_id, "wall_s": time.monotonic() - self.started,
                           "config": {k: param_types.plain(v) for k, v in trial.config.items()}})
-
-
-class BudgetStopper(Stopper):
-    """Stops the whole run once its trials have trained budget_iterations iterations (epochs,
-    fidelity units) between them."""
-
-    def __init__(self, budget_iterations: int):
-        self.budget_iterations, self.used = budget_iterations, 0
-
-    def __call__(self, trial_id, result):
-        self.used += 1  # one result is one iteration of one trial
-        # Past the budget, stop each trial at its next result: stop_all alone lets the
-        # running trials report many more iterations before they stop.
-        return self.used >= self.budget_iterations
-
-    def stop_all(self):
-        return self.used >= self.budget_iterations
-
-
-class MetricErrorStopper(Stopper):
-    """Stops the whole run at the first result whose metrics cannot be used (the space's metric
-    missing, or not a number): every other trial would only repeat it. tuning.session turns the
-    result into one line."""
-
-    def __init__(self):
-        self.error = None
-
-    def __call__(self, trial_id, result):
-        if result.get(results.METRIC_ERROR):
-            self.error = self.error or result[results.METRIC_ERROR]
-            return True
-        return False
-
-    def stop_all(self):
-        return self.error is not None
-
-
-def stopper(max_t: int, budget_iterations: int | None):
-    """Each trial stops at max_t; the whole run at a result whose metrics cannot be used and, with a
-    budget, once the budget is spent (BudgetStopper)."""
-    stoppers = [MaximumIterationStopper(max_t), MetricErrorStopper()]
-    if budget_iterations is not None:
-        stoppers.append(BudgetStopper(budget_iterations))
-    return CombinedStopper(*stoppers)
 
 
 BAR_EVERY_S = 0.5  # the progress bar's updates, at most this often
