@@ -181,7 +181,7 @@ def test_a_csv_table_cut_short_mid_row_leaves_its_last_row_out_with_a_warning(tm
     (folder / "epochs.parquet").unlink()
     text = (folder / "epochs.csv").read_text()
     (folder / "epochs.csv").write_text(text[:-5])  # the last row loses its last characters and its newline
-    with caplog.at_level("WARNING", logger="tuning.results"):
+    with caplog.at_level("WARNING", logger="tuning.resultfiles"):
         cut = results.read_table(folder, "epochs")
     pd.testing.assert_frame_equal(cut, EPOCHS.iloc[:-1])
     assert "epochs.csv ends mid-row" in caplog.text and "last row is left out" in caplog.text
