@@ -385,6 +385,20 @@ def test_a_trainer_that_reports_to_ray_itself_stops_the_run_saying_to_call_on_ep
     assert (trials["status"] == "ERROR").any() and trials["error"].str.contains("reported to Ray itself").any()
 
 
+def test_a_trial_that_ends_itself_or_diverges_is_not_counted_as_stopped_by_the_scheduler(ray_here, tmp_path):
+    """Under ASHA every finished trial short of the budget was 'stopped early by the scheduler': a
+    diverged one, and one whose trainer stopped itself at an epoch ASHA does not judge (grace 2);
+    from-optuna.md maps Optuna's PRUNED to this column."""
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:ends_itself",
+                         metric="loss", mode="min", max_epochs=3, grace_period=2, gpus_per_trial=0)
+    result = tuning.search(None, space, strategy="asha", num_samples=3, results_dir=tmp_path / "r", seed=0,
+                           points_to_evaluate=[{"lr": 0.9}, {"lr": 0.05}, {"lr": 0.3}])
+    trials = result.trials.set_index("lr")
+    assert list(trials.loc[[0.9, 0.05, 0.3], "epochs"]) == [1, 1, 3]
+    assert bool(trials.loc[0.05, "diverged"]) and not trials["stopped_early"].any()
+    assert result.record.stopped_early == 0 and "0 stopped early by the scheduler" in result.summary()
+
+
 def test_a_tilde_in_a_results_dir_is_the_home_folder(tmp_path, monkeypatch):
     """'~/r' (quoted, or --results-dir=~/r, which no shell expands) made a folder named ~ where the
     command ran."""

@@ -237,7 +237,7 @@ def _record(tid, status, lr, batch, rows, error=None):
 
 RECORDS = [
     _record("full", "TERMINATED", 3e-3, 128, _rows([1.8, 1.2, 0.9, 0.7])),
-    _record("early", "TERMINATED", 1e-4, 64, _rows([2.2])),
+    _record("early", "TERMINATED", 1e-4, 64, [{**_rows([2.2])[0], "done": True}]),  # Tune marks a STOP's result
     _record("resumed", "TERMINATED", 1e-3, 256, _rows([2.0, 1.5, 1.1, 0.8], resumed_at=1)),
     _record("diverged", "TERMINATED", 9e-3, 512, _rows([2.1, 2.5], diverged_at=2)),
     _record("failed", "ERROR", 5e-3, 64, _rows([2.0]), error="ValueError: boom"),

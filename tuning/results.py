@@ -159,6 +159,10 @@ def epochs_table(records: list[TrialRecord], params: list[str], metric: str = "l
     return param_types.whole_numbers(pd.DataFrame(rows, columns=["trial_id", *params, *columns]), records, params)
 
 
+# The strategies whose brackets pause every trial at a rung until the rung fills (tuning/backend/hyperband.py).
+SYNCHRONOUS = ("hyperband", "bohb", "adaptive")
+
+
 def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str, max_epochs: int,
                  metric: str = "loss", mode: str = "min", cpus: float = 0, gpus: float = 0,
                  constraints: dict | None = None) -> pd.DataFrame:
@@ -177,6 +181,7 @@ def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str
         epochs = int(last.get("training_iteration", 0))
         finished = rec.status == "TERMINATED"
         resumed = sorted({int(r["restored_from"]) for r in rec.rows if r.get("restored_from")})
+        diverged = any(bool(r.get("diverged")) for r in rec.rows)
         rows.append({
             "trial_id": rec.trial_id,
             "strategy": strategy,
@@ -186,15 +191,19 @@ def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str
             "epochs": epochs,
             "world_size": last.get("world_size", 1),
             "status": rec.status,
-            # Terminated before the full budget: the scheduler stopped it. Under grid and random (FIFO)
-            # only a metric that only grows, past its bound, stops one; any other ended itself.
-            "stopped_early": finished and epochs < max_epochs and (
-                strategy not in ("grid", "random") or objectives.grown_past(last, constraints or {}) is not None),
+            # Terminated before the full budget by the run, not by itself nor by diverging: past the
+            # bound of a metric that only grows, under any strategy; or by the scheduler, whose STOP
+            # Tune marks on the result (done) where a trainer's own return leaves it unmarked. A
+            # synchronous bracket stops its losers while they wait paused, unmarked: there every
+            # trial short of the budget counts.
+            "stopped_early": finished and epochs < max_epochs and not diverged and (
+                objectives.grown_past(last, constraints or {}) is not None or strategy in SYNCHRONOUS
+                or (strategy not in ("grid", "random") and truthy(last.get("done")))),
             # Epochs after which the trial was paused and later resumed from its checkpoint
             # (Hyperband rungs under BOHB), e.g. "1;3".
             "resumed_at": ";".join(map(str, resumed)),
             # Its metric turned NaN/inf: it stopped and reported the space's worst-case value.
-            "diverged": any(bool(r.get("diverged")) for r in rec.rows),
+            "diverged": diverged,
             "recomputed_epochs": _recomputed(rec.rows),
             "node_ip": last.get("node_ip"),  # where it ran (on a cluster, which node)
             "node_id": last.get("node_id"),  # Ray's node id: tells apart nodes sharing an IP
