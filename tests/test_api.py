@@ -396,7 +396,11 @@ def test_a_trial_that_ends_itself_or_diverges_is_not_counted_as_stopped_by_the_s
     trials = result.trials.set_index("lr")
     assert list(trials.loc[[0.9, 0.05, 0.3], "epochs"]) == [1, 1, 3]
     assert bool(trials.loc[0.05, "diverged"]) and not trials["stopped_early"].any()
+    assert list(trials.loc[[0.9, 0.05, 0.3], "ended_itself"]) == [True, False, False]
     assert result.record.stopped_early == 0 and "0 stopped early by the scheduler" in result.summary()
+    # The report tells it apart, and draws none of the three as a stop: a full budget, an end, a divergence.
+    report = (tmp_path / "r" / "report.md").read_text()
+    assert "1 reached the full budget, 1 ended by its trainer before the full budget, 1 diverged" in report
 
 
 def test_a_tilde_in_a_results_dir_is_the_home_folder(tmp_path, monkeypatch):

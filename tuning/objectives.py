@@ -39,7 +39,8 @@ GROWS = "grows"
 FEASIBLE, VIOLATION, RANK = "feasible", "violation", "pareto_rank"
 # The trials table's own columns beside parameters and metrics (results.trials_table, annotate): no
 # metric of a space may take one's name (tuning.spaces), and another metric is renamed (results.kept_as).
-TABLE_COLUMNS = {"trial_id", "strategy", "epochs", "status", "stopped_early", "resumed_at", "recomputed_epochs",
+TABLE_COLUMNS = {"trial_id", "strategy", "epochs", "status", "stopped_early", "ended_itself", "resumed_at",
+                 "recomputed_epochs",
                  "wall_time_s", "cpu_hours", "gpu_hours", "failures", "error", "error_file", FEASIBLE, VIOLATION,
                  RANK}
 

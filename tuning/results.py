@@ -182,6 +182,14 @@ def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str
         finished = rec.status == "TERMINATED"
         resumed = sorted({int(r["restored_from"]) for r in rec.rows if r.get("restored_from")})
         diverged = any(bool(r.get("diverged")) for r in rec.rows)
+        short = finished and epochs < max_epochs and not diverged
+        # Terminated before the full budget by the run, not by itself nor by diverging: past the
+        # bound of a metric that only grows, under any strategy; or by the scheduler, whose STOP
+        # Tune marks on the result (done) where a trainer's own return leaves it unmarked. A
+        # synchronous bracket stops its losers while they wait paused, unmarked: there every
+        # trial short of the budget counts.
+        stopped = short and (objectives.grown_past(last, constraints or {}) is not None or strategy in SYNCHRONOUS
+                             or (strategy not in ("grid", "random") and truthy(last.get("done"))))
         rows.append({
             "trial_id": rec.trial_id,
             "strategy": strategy,
@@ -191,14 +199,10 @@ def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str
             "epochs": epochs,
             "world_size": last.get("world_size", 1),
             "status": rec.status,
-            # Terminated before the full budget by the run, not by itself nor by diverging: past the
-            # bound of a metric that only grows, under any strategy; or by the scheduler, whose STOP
-            # Tune marks on the result (done) where a trainer's own return leaves it unmarked. A
-            # synchronous bracket stops its losers while they wait paused, unmarked: there every
-            # trial short of the budget counts.
-            "stopped_early": finished and epochs < max_epochs and not diverged and (
-                objectives.grown_past(last, constraints or {}) is not None or strategy in SYNCHRONOUS
-                or (strategy not in ("grid", "random") and truthy(last.get("done")))),
+            "stopped_early": stopped,
+            # Its trainer returned before the full budget by itself (its own early stopping): no STOP
+            # marked its last result (a comparison's budget marks one too, under grid and random).
+            "ended_itself": short and not stopped and not truthy(last.get("done")),
             # Epochs after which the trial was paused and later resumed from its checkpoint
             # (Hyperband rungs under BOHB), e.g. "1;3".
             "resumed_at": ";".join(map(str, resumed)),

@@ -18,13 +18,14 @@ import pandas as pd
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from tuning import params, spaces
+from tuning import params, results, spaces
 
 # How a trial ended, as (line style, end marker, legend text). A trial gets one of these; being
 # paused and resumed is drawn on top as a circle at each epoch it resumed from.
 FATES = {
     "full": ("-", "", "reached the full budget"),
     "early": ("--", "x", "stopped early by the scheduler"),
+    "ended": ("-", "|", "ended by its trainer before the full budget"),
     "diverged": ("-.", "v", "diverged (metric turned NaN/inf after its last point)"),
     "failed": (":", "X", "failed (training raised)"),
     "running": ("-", ">", "still running or waiting to start or resume"),
@@ -46,7 +47,10 @@ def fate(row) -> str:
         return "stopped"
     if row["status"] != "TERMINATED":
         return "running"
-    return "early" if bool(row.get("stopped_early")) else "full"
+    if bool(row.get("stopped_early")):
+        return "early"
+    # A trials table written before ended_itself was a column reads as "full" there, as it did then.
+    return "ended" if results.truthy(row.get("ended_itself")) else "full"
 
 
 def resumed_epochs(value) -> list[int]:

@@ -109,7 +109,7 @@ def _cell(v) -> str:
 
 
 def _outcome(row) -> str:
-    text = {"full": "full budget", "early": "stopped early", "diverged": "diverged",
+    text = {"full": "full budget", "early": "stopped early", "ended": "ended by its trainer", "diverged": "diverged",
             "failed": f"failed: {_cell(row.get('error'))}", "running": str(row["status"]).lower(),
             "stopped": "short of its budget when the run stopped"}[runplots.fate(row)]
     back = runplots.resumed_epochs(row.get("resumed_at"))
