@@ -274,6 +274,21 @@ def test_a_trainer_that_raises_in_every_trial(ray_here, tmp_path, capsys):
     # The closing line names the files there: it listed a best_config.json no such run writes.
     assert not (tmp_path / "r" / "best_config.json").exists()
     assert f"Results: {tmp_path / 'r'}  (report.html, report.md, trials.csv, epochs.csv, run.json)" in out
+    assert "result.best is None" not in out + err  # Python's word for it: the summary says it here
+
+
+def test_a_python_search_whose_every_trial_failed_says_why_there_is_no_best(ray_here, tmp_path, caplog):
+    """From Python it returned 'finished' with best None and no word: the next line of a script,
+    result.best.config, failed with an AttributeError far from the cause."""
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:raises", metric="score",
+                         mode="max", num_samples=2, max_epochs=2, gpus_per_trial=0)
+    with caplog.at_level("WARNING", logger="tuning.outcome"):
+        result = tuning.search(None, space, strategy="random", results_dir=tmp_path / "r", max_failures=0)
+    assert result.best is None and result.status == "finished"
+    said = [r.getMessage() for r in caplog.records if r.name == "tuning.outcome"]
+    assert len(said) == 1 and said[0].startswith("No trial reported a usable score. 2 trial(s) failed; trial ")
+    assert "ValueError: shapes (32, 10)" in said[0] and said[0].endswith("result.best is None; every trial is in "
+                                                                         "result.trials.")
 
 
 def test_a_trainer_whose_metric_is_nan_forever(ray_here, tmp_path, capsys):

@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 # Lines for whoever watches the search (the grid's size, where the live report is): tuning.run
 # prints them on stdout, beside Tune's progress table.
 say = logging.getLogger("tuning.progress")
+# Why a finished search has no best trial: a script reading result.best.config would otherwise
+# fail on None without a word of why. tuning.run prints its summary instead, and turns it off.
+outcome = logging.getLogger("tuning.outcome")
 
 # smoke=True: CI-sized. 8 samples make it near-certain that ASHA stops one at its first rung.
 SMOKE = {"num_samples": 8, "max_epochs": 2, "grid_repeats": 1, "synthetic_train": 5000,
@@ -252,10 +255,14 @@ def _execute(space, rec, source, folder: Path, *, resume: bool, add_samples: int
     if source is not None:
         log.warning(data_banner(records.DataOrigin(kind=source.kind, root=source.root)))
     page = folder / "report.html"
-    return session.execute(
+    result = session.execute(
         space, rec, source, folder, resume=resume, add_samples=add_samples, keep_ray=keep_ray, track=track,
         on_start=lambda: say.info("Live report: %s (rewritten every %d s while the run goes)", page,
                                   runreport.RELOAD_S))
+    why = result.without_best()
+    if why:
+        outcome.warning("%s. result.best is None; every trial is in result.trials.", why.rstrip("."))
+    return result
 
 
 def _resume_tracking(rec: records.RunRecord, folder: Path, mlflow, experiment: str | None):

@@ -181,6 +181,7 @@ def _progress_to_stdout() -> None:
         say.addHandler(handler)
     say.setLevel(logging.INFO)
     say.propagate = False
+    logging.getLogger(api.outcome.name).setLevel(logging.CRITICAL)  # the summary says it
 
 
 class _Stdout(logging.StreamHandler):

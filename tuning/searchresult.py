@@ -64,6 +64,12 @@ class SearchResult:
         best = f"best {self.record.metric}={self.best.metrics.get(self.record.metric)!r}" if self.best else "no best"
         return f"SearchResult({self.status}, {len(self.trials)} trials, {best}, {self.results_dir})"
 
+    def without_best(self) -> str | None:
+        """Why a finished run has no best trial, in the summary's words on one line; None where it has one."""
+        if self.best is not None or self.status != "finished":
+            return None
+        return " ".join(line.strip() for line in self._best_lines() + self._failure_lines())
+
     def summary(self) -> str:
         """What tuning.run prints at the end: the trials' fates, device time, the incumbent."""
         r = self.record
