@@ -418,6 +418,21 @@ def test_a_trial_that_ends_itself_or_diverges_is_not_counted_as_stopped_by_the_s
     assert "1 reached the full budget, 1 ended by its trainer before the full budget, 1 diverged" in report
 
 
+def test_a_smoke_run_judges_at_epoch_one_where_the_spaces_first_rung_is_past_its_epochs(ray_here, tmp_path, caplog):
+    """examples/gradient_boosting.py --smoke (grace_period 2, smoke's 2 epochs) warned the user to
+    lower a grace_period that is right at full size, and ran ASHA as random search."""
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:scored", metric="score",
+                         mode="max", max_epochs=20, grace_period=2, gpus_per_trial=0)
+    worse = [{"lr": v} for v in (0.3, 0.32, 0.34, 0.9, 0.95, 1.0, 0.99, 0.98)]  # each later one farther from 0.3
+    with caplog.at_level("WARNING"):
+        result = tuning.search(None, space, strategy="asha", smoke=True, results_dir=tmp_path / "r", seed=0,
+                               points_to_evaluate=worse, max_concurrent_trials=1)
+    assert "grace_period" not in caplog.text
+    trials = result.trials
+    assert result.record.max_epochs == 2 and trials["stopped_early"].any()
+    assert (trials.loc[trials["stopped_early"], "epochs"] == 1).all()
+
+
 def test_a_tilde_in_a_results_dir_is_the_home_folder(tmp_path, monkeypatch):
     """'~/r' (quoted, or --results-dir=~/r, which no shell expands) made a folder named ~ where the
     command ran."""

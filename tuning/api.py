@@ -128,7 +128,7 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
         mine = rec.points_to_evaluate or []
         rec.warm_start["configs"] = [c for c in rec.warm_start["configs"] if c not in mine][
             :max(rec.num_samples - len(mine), 0)]
-    if strategy in ("asha", "median") and space.grace_period >= rec.max_epochs > 1:
+    if strategy in ("asha", "median") and space.grace_period >= rec.max_epochs > 1 and not smoke:  # smoke: rung 1
         log.warning("grace_period %d is not below max_epochs %d: %s stops no trial early and runs as random search; "
                     "lower the space's grace_period", space.grace_period, rec.max_epochs, strategy)
     if returns:  # one report per trial, its full budget; the trainer is still passed the declared epochs

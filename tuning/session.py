@@ -218,6 +218,10 @@ def _metric_error(records: list[TrialRecord], metric: str, since: float) -> tupl
 def _run_spec(space: spaces.Space, record: RunRecord, source, results_dir: Path, resume: bool, add_samples: int, *,
               progress_every_s: float, on_progress: Callable[[list[TrialRecord]], None]) -> backend.RunSpec:
     smoke = record.smoke
+    if smoke and space.grace_period >= record.max_epochs > 1:
+        # --smoke's few epochs under a space's later first rung (20 of 200 trees): the smoke run
+        # judges at epoch 1, so it exercises the scheduler instead of running as random search.
+        space = space.replace(grace_period=1)
     return backend.RunSpec(
         space=space, strategy=record.strategy, num_samples=record.num_samples, max_epochs=record.max_epochs,
         seed=record.seed, cpus_per_trial=record.resources_per_trial.cpu,
