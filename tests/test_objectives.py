@@ -352,6 +352,7 @@ def test_an_objective_the_trainer_never_reports_stops_the_run_in_one_line(ray_he
         tuning.search(None, space, seed=0, results_dir=tmp_path / "r")
     assert "the trainer reported no 'latency_ms'" in str(err.value) and "\n" not in str(err.value)
     assert "drop it from the space's objectives and constraints" in str(err.value)
+    assert "the first result without a usable latency_ms" in str(err.value)  # it named loss, which was there
 
 
 # ---------------------------------------------------------------- the strategies that stop trials early

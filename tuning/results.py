@@ -124,6 +124,7 @@ def _curve(rows: list[dict]) -> list[dict]:
 # In a result: why the trainer's metrics cannot be used (the space's metric missing or not a number);
 # the run stops at it (tuning.backend's stopper) and tuning.session says it in one line.
 METRIC_ERROR = "metric_error"
+METRIC_LACKING = "metric_lacking"  # beside it, the metric that was not usable (the space's, or another objective)
 
 ROWS_FILE = "results.jsonl"  # in a run's results dir: every result as it arrived, across resumes
 

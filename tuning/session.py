@@ -193,22 +193,22 @@ def _metric_error(records: list[TrialRecord], metric: str, since: float) -> tupl
     the space's worst value as a result, and a stopped segment's row, read back, stopped every later
     resume. Other trials may have reported the metric first (a branch of a conditional space that
     lacks it): the line says how many."""
-    bad = []  # (when, trial, what) of each trial's first such result
+    bad = []  # (when, trial, what, which metric) of each trial's first such result
     for rec in records:
         rows = [r for r in rec.rows if r.get(results.METRIC_ERROR)]
         if rows:
             at = rows[0].get("ended_at") or rows[0].get("timestamp") or float("inf")
-            bad.append((at, rec, rows[0][results.METRIC_ERROR]))
+            bad.append((at, rec, rows[0][results.METRIC_ERROR], rows[0].get(results.METRIC_LACKING) or metric))
             rec.rows = [r for r in rec.rows if not r.get(results.METRIC_ERROR)]
             rec.status, rec.error = "ERROR", rows[0][results.METRIC_ERROR]
-    now = sorted(((at, rec, wrong) for at, rec, wrong in bad if at >= since), key=lambda b: b[0])
+    now = sorted((b for b in bad if b[0] >= since), key=lambda b: b[0])
     if not now:
         return None
-    at, first, wrong = now[0]
+    at, first, wrong, lacking = now[0]
     # Trials that had reported it by then (one that started as the run stopped may have since).
-    fine = sum(any(results.is_number(r.get(metric)) and r.get("ended_at", at) < at for r in rec.rows)
+    fine = sum(any(results.is_number(r.get(lacking)) and r.get("ended_at", at) < at for r in rec.rows)
                for rec in records if rec is not first)
-    which = "its first result" if wrong == contract.RAY_REPORT else f"the first result without a usable {metric}"
+    which = "its first result" if wrong == contract.RAY_REPORT else f"the first result without a usable {lacking}"
     where = (f"trial {first.trial_id} ({', '.join(f'{k}={v!r}' for k, v in first.config.items())}), {which}"
              + (f", after {fine} trial{'s' * (fine != 1)} had reported one: a branch of the space that lacks it?"
                 if fine and wrong != contract.RAY_REPORT else ""))

@@ -209,8 +209,9 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
         if wrong is not None and given_a_dict:  # else the line already says to pass a dict
             wrong += (f": report {metric!r} as a number (to on_epoch, or in the dict the trainer returns), or set "
                       "the space's metric to one it reports")
+        lacking = metric
         for other in others if wrong is None else ():
-            wrong = contract.plain_metrics(metrics, other)[1]
+            wrong, lacking = contract.plain_metrics(metrics, other)[1], other
             if wrong is not None:
                 wrong += (f": report {other!r} as a number (to on_epoch, or in the dict the trainer returns), or "
                           "drop it from the space's objectives and constraints")
@@ -219,7 +220,7 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
             # Stand-in values keep Tune's metric check and the schedulers quiet for the one step
             # the stopper needs to end the run.
             tune.report({**metrics, **_stand_ins((metric, *others), metrics, diverged_value),
-                         results.METRIC_ERROR: wrong, "ended_at": time.time()})
+                         results.METRIC_ERROR: wrong, results.METRIC_LACKING: lacking, "ended_at": time.time()})
             raise _Diverged
         # restored_from: the epoch this trial's process resumed at (0 = fresh start), so the
         # tables can show pauses and prove no epoch was trained twice. A trainer's own memory
