@@ -355,6 +355,16 @@ def test_an_objective_the_trainer_never_reports_stops_the_run_in_one_line(ray_he
     assert "the first result without a usable latency_ms" in str(err.value)  # it named loss, which was there
 
 
+def test_several_objectives_returned_as_a_tuple_are_told_to_return_a_dict_naming_each(ray_here, tmp_path):
+    """The line's example was {'loss': 0.5} alone: followed, it stopped the run again on latency_ms."""
+    space = Space(params=PARAMS, trainer="user_trainers:returns_a_tuple", objectives=TWO, strategy="tpe",
+                  num_samples=2, gpus_per_trial=0)
+    with pytest.raises(TuningError) as err:
+        tuning.search(None, space, seed=0, results_dir=tmp_path / "r")
+    assert "returned a tuple and never called on_epoch" in str(err.value)
+    assert "a dict such as {'loss': 0.5, 'latency_ms': 0.5}" in str(err.value)
+
+
 # ---------------------------------------------------------------- the strategies that stop trials early
 
 def test_an_extended_mo_asha_rebuilds_its_rungs_with_every_objective(ray_here, tmp_path):

@@ -251,17 +251,19 @@ def one_report_refusal(strategy: str, max_epochs: int, name: str) -> str | None:
             f"call on_epoch(metrics, state) after every epoch, or use {instead} (docs/your-trainer.md)")
 
 
-def one_report(returned, metric: str, name: str) -> tuple[dict | None, str | None]:
+def one_report(returned, metric: str, name: str, others: tuple = ()) -> tuple[dict | None, str | None]:
     """(the metrics a trainer returned without calling on_epoch, what is wrong): a dict as it is, a
-    number as the space's metric; anything else (None: it neither reported nor returned) is wrong."""
+    number as the space's metric; anything else (None: it neither reported nor returned) is wrong.
+    `others`: the space's other objectives and constrained metrics, which the example names too (a
+    tuple of values, as Optuna's objectives return them, says nothing of which is which)."""
     if isinstance(returned, dict):
         return returned, None
     if _is_number(_scalar(returned)):
         return {metric: _scalar(returned)}, None
     got = "nothing" if returned is None else f"a {type(returned).__name__}"
     return None, (f"trainer {name} returned {got} and never called on_epoch: call on_epoch(metrics, state) after "
-                  f"every epoch, or return the trial's metrics as a dict such as {{{metric!r}: 0.5}} "
-                  "(docs/your-trainer.md)")
+                  f"every epoch, or return the trial's metrics as a dict such as "
+                  f"{ {k: 0.5 for k in dict.fromkeys((metric, *others))} } (docs/your-trainer.md)")
 
 
 def call_kwargs(fn: Callable, kwargs: dict, optional: dict) -> dict:

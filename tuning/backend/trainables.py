@@ -268,7 +268,7 @@ def _report_returned(report, returned, metric: str, diverged_value: float, name:
                      others: tuple = ()) -> None:
     """What a trainer returned without calling on_epoch, as the trial's one result; or, where that
     is nothing, or the strategy needs a result per epoch, a result that stops the run saying why."""
-    metrics, wrong = contract.one_report(returned, metric, name)
+    metrics, wrong = contract.one_report(returned, metric, name, others)
     wrong = wrong or refusal
     if wrong is not None:
         tune.report({**_stand_ins((metric, *others), {}, diverged_value), results.METRIC_ERROR: wrong,
