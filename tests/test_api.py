@@ -617,3 +617,14 @@ def test_on_epoch_given_a_number_is_told_to_pass_a_dict_in_one_sentence(ray_here
     with pytest.raises(tuning.TuningError) as err:
         tuning.search(None, space, results_dir=tmp_path / "r")
     assert str(err.value).startswith("on_epoch got float for metrics: pass a dict such as {'loss': 0.5}; the run")
+
+
+def test_a_space_passed_where_the_trainer_goes_is_told_the_order(tmp_path):
+    """search(space) said a space was missing, and search(space, train) that the space was a function."""
+    space = tuning.Space(params={"lr": tuning.Uniform(0.0, 1.0)}, trainer="user_trainers:scored", metric="score",
+                         mode="max")
+    for args in ((space,), (space, "user_trainers:scored")):
+        with pytest.raises(tuning.TuningError, match=re.escape("first argument is the trainer and its second the "
+                                                               "space: search(train, space), or search(space=space)")):
+            tuning.search(*args, results_dir=tmp_path / "r")
+    assert not (tmp_path / "r").exists()

@@ -70,6 +70,9 @@ def search(trainer: Union[Callable, str, None] = None, space: Union[spaces.Space
     dict of parameter values (tuning/points.py). objectives, constraints: the space's, replaced
     (docs/multi-objective.md): {"loss": "min", "latency_ms": "min"}, {"peak_mem_gb": ("<=", 4)}.
     argv: the command line to record in run.json (tuning.run passes its flags)."""
+    if isinstance(trainer, spaces.Space):  # search(space), or search(space, train): the trainer comes first
+        raise UsageError("search()'s first argument is the trainer and its second the space: search(train, space), "
+                         "or search(space=space) for the space's own trainer")
     if space is None:
         raise UsageError("search() needs a space: a Space(...) or the name of one (e.g. 'cifar_asha')")
     space = spaces.load(space) if isinstance(space, str) else space
