@@ -173,6 +173,13 @@ def test_ray_tune_distributions_are_refused_with_the_quantisation_reason():
 
     with pytest.raises(SpaceError, match="46995"):
         Space(params={"batch_size": tune.qloguniform(16, 512, 16)})
+    with pytest.raises(SpaceError) as err:  # the quantisation reason only where it is quantised
+        Space(params={"batch_size": tune.choice([16, 32])})
+    assert "Ray Tune distribution" in str(err.value) and "46995" not in str(err.value)
+    # Ray's grid_search is a dict: it was "a dict: declare it with ...", and Choice alone is sampled, not walked.
+    with pytest.raises(SpaceError, match=re.escape("is Ray Tune's grid_search: declare Choice([...]) and run "
+                                                   "strategy='grid'")):
+        Space(params={"batch_size": tune.grid_search([16, 32])})
 
 
 def test_plain_turns_numpy_scalars_into_python_values():

@@ -104,15 +104,16 @@ class Space:
                 raise SpaceError(f"{name}={value!r}: give a whole number of at least {low}")
             object.__setattr__(self, name, int(value))
         for key, p in self.params.items():
-            if type(p).__module__.startswith("ray.tune"):
-                raise SpaceError(
-                    f"parameter {key!r} is a Ray Tune distribution: declare it with {_NAMES} "
-                    "from tuning.spaces, so grid, random and BOHB share it. "
-                    "Quantised ones (q=...) are not offered: they break TuneBOHB with ConfigSpace 1.x "
-                    "(Ray issue #46995); use IntUniform or Choice for discrete values")
+            if type(p).__module__.startswith("ray.tune"):  # a quantised one breaks TuneBOHB (ConfigSpace 1.x)
+                q = hasattr(p, "get_sampler") and getattr(p.get_sampler(), "q", None) is not None
+                raise SpaceError(f"parameter {key!r} is a Ray Tune distribution: declare it with {_NAMES} from "
+                                 "tuning.spaces, so every strategy shares it" + ("; quantised ones (q=...) are not "
+                                 "offered (Ray issue #46995): IntUniform or Choice take discrete values" if q else ""))
+            if isinstance(p, dict) and set(p) == {"grid_search"}:  # tune.grid_search([...])
+                raise SpaceError(f"parameter {key!r} is Ray Tune's grid_search: declare Choice([...]) and run "
+                                 "strategy='grid', which walks every value of every Choice")
             if not isinstance(p, tuple(PARAM_TYPES.values())):
-                raise SpaceError(f"parameter {key!r} is a {type(p).__name__}: declare it with "
-                                 f"{_NAMES} from tuning.spaces")
+                raise SpaceError(f"parameter {key!r} is a {type(p).__name__}: declare it with {_NAMES} from tuning")
         if not callable(self.trainer) and not isinstance(self.trainer, str):
             raise SpaceError(f"trainer must be a function, 'module:function', 'cifar' or a benchmark name, "
                              f"got {self.trainer!r}")
