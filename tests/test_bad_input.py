@@ -91,6 +91,8 @@ def test_malformed_space(capsys, workdir, case):
      ["--warm-start: /no/such/run: no such folder; give the results dir of a tuning.run"]),
     (["--space", "counting_ones", "--strategy", "grid", "--warm-start", "/no/such/run"],
      ["grid search walks its fixed"]),
+    (["--space", "counting_ones", "--strategy", "bohb", "--warm-start", "/no/such/run", "--warm-start-top", "2"],
+     ["--warm-start-top: bohb's model learns from every earlier result", "drop --warm-start-top"]),
     # Each was ignored without a word, or '' taken as the current folder.
     (["--space", "fcnet", "--data", "cifar10"], ["--data is for the cifar trainer's images; fcnet trains"]),
     (["--space", "cifar_asha", "--data-dir", ""], ["--data-dir '' names no folder"]),

@@ -350,6 +350,9 @@ def warm_start(space: spaces.Space, strategy: str, dirs: list | None, top: int |
     if space.grid:  # Tune would count each earlier configuration as one of a grid pass's samples
         raise UsageError(f"--warm-start with grid={list(space.grid)}: every grid point runs num_samples fresh "
                          "trials, which earlier configurations would replace unevenly; drop one of the two")
+    if top is not None and strategy in ("bohb", "adaptive"):  # else ignored without a word
+        raise UsageError(f"--warm-start-top: {strategy}'s model learns from every earlier result, not from the best "
+                         "few: drop --warm-start-top")
     top = 3 if top is None else top
     check_at_least("warm_start_top", top)
     runs = growth.earlier_runs([str(d) for d in dirs], space)
