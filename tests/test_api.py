@@ -628,3 +628,18 @@ def test_a_space_passed_where_the_trainer_goes_is_told_the_order(tmp_path):
                                                                "space: search(train, space), or search(space=space)")):
             tuning.search(*args, results_dir=tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+def test_a_search_run_from_standard_input_names_its_folder_after_the_trainer(monkeypatch):
+    """python - <<EOF: __main__'s file is '<stdin>', and the folder was results/<stdin>-<time>, a
+    name a shell takes for redirections."""
+    from tuning import api
+
+    def objective(*, x):
+        return {"loss": x}
+
+    objective.__module__, objective.__qualname__ = "__main__", "objective"  # as a script defines it
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", "<stdin>", raising=False)
+    assert api._label("", objective) == "objective"
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", "/home/me/tune_it.py", raising=False)
+    assert api._label("", objective) == "tune_it"  # a script's own name, as before

@@ -235,8 +235,9 @@ def _label(name: str, trainer) -> str:
     defined in the script being run (python examples/digits_torch.py), the script's, as tuning.run
     --space examples/digits_torch.py names it; else the trainer's (a notebook's function: `train`)."""
     main = sys.modules.get("__main__")
-    if not name and getattr(trainer, "__module__", None) == "__main__" and getattr(main, "__file__", None):
-        return Path(main.__file__).stem
+    script = getattr(main, "__file__", None) or ""
+    if not name and getattr(trainer, "__module__", None) == "__main__" and not script.startswith("<"):  # <stdin>
+        return Path(script).stem
     return Path(name or spaces.trainer_name(trainer).rpartition(":")[2]).stem
 
 
