@@ -85,6 +85,29 @@ def test_steps_a_constant_range_and_a_list_of_params_are_refused_naming_the_fix(
     assert says in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("kw, says", [
+    ("n_trials", "search() takes no n_trials=, a name from Optuna or Ray Tune: give num_samples="),
+    ("timeout", "give time_budget="), ("direction", "give objectives="), ("scheduler", "give strategy="),
+    ("resources_per_trial", "give cpus_per_trial="),
+    ("trials", "search() takes no trials=; its keywords are address, constraints, cpus_per_trial,"),
+])
+def test_an_optuna_or_ray_keyword_is_told_ours(kw, says):
+    """Each was Python's TypeError 'unexpected keyword argument', naming nothing to give instead."""
+    with pytest.raises(tuning.TuningError) as err:
+        tuning.search(None, "counting_ones", **{kw: 5})
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("flag, says", [("--n-trials", "give --num-samples"), ("--timeout", "give --time-budget"),
+                                        ("--direction", "give --objective NAME:min"), ("--sampler", "give --strategy")])
+def test_an_optuna_or_ray_flag_is_told_ours(capsys, flag, says):
+    from cli_helpers import refused
+    from tuning import run
+
+    refused(capsys, run.main, ["--space", "counting_ones", flag, "5"],
+            f"unrecognized arguments: {flag} 5: a name from Optuna or Ray Tune; {says}")
+
+
 # ---------------------------------------------------------------- 3: numpy values in files as JSON
 
 def keeps_weights(*, lr, offsets, scale, count, epochs, state=None, on_epoch):

@@ -57,6 +57,21 @@ def in_words(command: str, python: str) -> str:
 
 # Flags whose keyword has another name: tuning.run --resume DIR is tuning.resume(results_dir).
 ALIASES = {"resume": "results_dir"}
+# Optuna's and Ray Tune's names for what a search takes (docs/from-optuna.md, docs/from-ray-tune.md):
+# a migrating user's first guess, told its name here instead of Python's "unexpected keyword".
+FOREIGN = {"n_trials": "num_samples", "timeout": "time_budget", "n_jobs": "max_concurrent_trials",
+           "direction": "objectives", "directions": "objectives", "metric": "objectives", "mode": "objectives",
+           "sampler": "strategy", "pruner": "strategy", "scheduler": "strategy", "search_alg": "strategy",
+           "resources_per_trial": "cpus_per_trial", "config": "space", "param_space": "space",
+           "num_workers": "workers_per_trial", "stop": "max_epochs"}
+
+
+def foreign(name: str, flags: bool = False) -> str | None:
+    """What a search calls Optuna's or Ray Tune's `name`, as a keyword or (flags) a --flag; None if unknown."""
+    ours = FOREIGN.get(name.replace("-", "_"))
+    if ours is None or not flags:
+        return ours
+    return "--" + {"objectives": "objective NAME:min", "space": "space"}.get(ours, ours).replace("_", "-")
 
 
 def in_keywords(fn=None, *, like=None):
@@ -70,8 +85,16 @@ def in_keywords(fn=None, *, like=None):
         name = ALIASES.get(match.group(1), match.group(1).replace("-", "_"))
         return name if name in names else match.group(0)
 
+    own = set(inspect.signature(fn).parameters)
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        unknown = [k for k in kwargs if k not in own]
+        if unknown:  # Python's TypeError names it, not what to give instead
+            ours = foreign(unknown[0])
+            raise UsageError(f"{fn.__name__}() takes no {unknown[0]}=" + (
+                f", a name from Optuna or Ray Tune: give {ours}=" if ours in own else
+                f"; its keywords are {', '.join(sorted(own - {'argv'}))}"))
         try:
             return fn(*args, **kwargs)
         except TuningError as exc:
@@ -90,7 +113,10 @@ class Parser(argparse.ArgumentParser):
         refused = re.fullmatch(r"argument (\S+): (must .*)", message)
         if refused:
             raise UsageError(f"{refused[1]} {refused[2]}")
-        raise UsageError(f"{message} (see --help)")
+        flag = re.match(r"unrecognized arguments: --([\w-]+)", message)
+        ours = foreign(flag[1], flags=True) if flag else None
+        raise UsageError(f"{message}: a name from Optuna or Ray Tune; give {ours}" if ours else
+                         f"{message} (see --help)")
 
 
 # Checks for numeric flags, as argparse `type=`: a value that makes no sense (a count below 1, a
