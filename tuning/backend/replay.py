@@ -34,7 +34,8 @@ class ReplayTrainable(tune.Trainable):
     def step(self):
         result = replay.epoch(self.recorded, self.nearest, self.iteration + 1)
         time.sleep(result["time_this_iter_s"] * self.time_scale)
-        return {**result, "restored_from": self.restored_from, "node_id": self.node_id}
+        # ended_at, as every result of ours has it (tuning/backend/stoppers.py): to the microsecond.
+        return {**result, "restored_from": self.restored_from, "node_id": self.node_id, "ended_at": time.time()}
 
     def save_checkpoint(self, checkpoint_dir: str):
         return {"epoch": self.iteration}
