@@ -44,7 +44,9 @@ def test_gradient_boosting_from_tuning_run(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     trials = pd.read_csv(tmp_path / "r" / "trials.csv")
     assert {"log_loss", "best_log_loss", "auc", "best_auc", "trees"} <= set(trials.columns)
-    assert (trials["status"] == "TERMINATED").all() and (trials["trees"] == 20).all()  # 2 epochs of 10 trees
+    assert (trials["status"] == "TERMINATED").all() and (trials["trees"] == 10 * trials["epochs"]).all()
+    # Smoke's 2 epochs of 10 trees, ASHA judging at the first (the space's first rung, 2, is past them)
+    assert (trials["trees"] == 20).any() and trials["stopped_early"].any()
     assert "log_loss" in done.stdout and "Traceback" not in done.stderr
     # Its trainer came from the space file, by value: --add-samples finds it there again.
     more = subprocess.run([sys.executable, "-m", "tuning.run", "--resume", str(tmp_path / "r"), "--add-samples", "2"],
