@@ -119,7 +119,8 @@ def test_the_summary_says_why_each_agreement_weighted_strategy_outgrew_its_plan(
         return progress.estimate(done=27, done_at_start=0, planned=18, elapsed_s=41, epoch_s=[1.0], at_once=2,
                                  best=None, running=0, waiting=0, strategy=strategy).line("loss", finished=True)
 
-    assert "27 epochs of 18 planned (9 more: tpe started trials past rungs not yet seen to rank like the top" in end("tpe")
+    assert ("27 epochs of 18 planned (9 more: tpe started trials past rungs not yet seen to rank like the top"
+            in end("tpe"))
     assert "(9 more: adaptive opened brackets that start past rungs seen to rank unlike the top)" in end("adaptive")
     assert "(9 more: the strategy trained more than its arithmetic expected)" in end("bohb")
 

@@ -44,8 +44,8 @@ BUILT_IN = "cifar"
 PRECISIONS = ("auto", "bf16", "fp32")
 # A trainer ported from Ray Tune that still calls tune.report: its results bypass on_epoch, so no
 # checkpoint, no diverged check, no metric check; the run stops at the first (tuning/backend/stoppers.py).
-RAY_REPORT = ("the trainer reported to Ray itself (ray.tune.report or ray.train.report): tuning never sees such a result to check or "
-              "checkpoint it; call on_epoch(metrics, state) instead (docs/from-ray-tune.md)")
+RAY_REPORT = ("the trainer reported to Ray itself (ray.tune.report or ray.train.report): tuning never sees such "
+              "a result to check or checkpoint it; call on_epoch(metrics, state) instead (docs/from-ray-tune.md)")
 
 
 @dataclass(frozen=True)
