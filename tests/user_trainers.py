@@ -2,6 +2,7 @@
 (docs/your-trainer.md) with no CIFAR data, or breaks it the way a user's trainer can."""
 
 import math
+import time
 
 
 def _epochs(state, epochs):
@@ -32,10 +33,13 @@ def raises(*, lr, epochs, state=None, on_epoch):
 
 
 def raises_above(*, lr, epochs, state=None, on_epoch):
-    """The bug of `raises` where lr > 0.03 only: on LogUniform(1e-3, 1.0), about half the trials."""
+    """The bug of `raises` where lr > 0.03 only: on LogUniform(1e-3, 1.0), about half the trials.
+    The others take a moment an epoch: done at once, two of them could spend a small budget before
+    a failed trial's error reached Tune, which then stopped that trial as if it had run."""
     if lr > 0.03:
         raises(lr=lr, epochs=epochs, on_epoch=on_epoch)
     for e in _epochs(state, epochs):
+        time.sleep(0.5)
         on_epoch({"loss": lr}, {"epoch": e + 1})
 
 
