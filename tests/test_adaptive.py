@@ -8,6 +8,7 @@ import pytest
 import tuning
 from tuning import progress, spaces
 from tuning.backend import RunSpec, adaptive, rayinternals, strategies, tpe
+from tuning.backend.bohb import configspace
 
 SPACE = tuning.Space(params={f"x{i}": tuning.Uniform(0.0, 1.0) for i in range(3)}, trainer="mf_hartmann",
                      max_epochs=27, reduction_factor=3, cpus_per_trial=1, gpus_per_trial=0)
@@ -25,7 +26,7 @@ def _curves(agreement, n, flip_at_1=True, seed=0):
 
 
 def _model():
-    return adaptive.AdaptiveBOHB(space=spaces.to_configspace(SPACE, 0), metric="loss", mode="min", seed=0)
+    return adaptive.AdaptiveBOHB(space=configspace(SPACE, 0), metric="loss", mode="min", seed=0)
 
 
 def test_a_rung_that_ranks_against_the_top_weighs_little_and_is_not_trusted():

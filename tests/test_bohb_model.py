@@ -31,7 +31,7 @@ def _paired_run(seed: int, evaluations: int = 100, t: int = 9) -> tuple[list, li
     """A sequential BOHB on paired choices at budget t (noisy: standard deviation 0.18): each
     proposal evaluated and handed back before the next. (share of the best values, model-based)
     per proposal, in order."""
-    model = VectorisedBOHB(spaces.to_configspace(spaces.load("paired_choices"), seed))
+    model = VectorisedBOHB(bohb.configspace(spaces.load("paired_choices"), seed))
     np.random.seed(seed)  # HpBandSter draws from numpy's global generator
     shares, model_based = [], []
     for _ in range(evaluations):
@@ -160,7 +160,7 @@ def _hyperband_run(seed: int, evaluations: float = 100) -> tuple[float, list, in
     its model: each rung result once. (final regret: the best loss at t = 27, the exact losses at
     t = 27 of the model-based proposals, how many of those repeated a configuration the model's
     budget already had)."""
-    model = VectorisedBOHB(spaces.to_configspace(spaces.load("paired_choices"), seed))
+    model = VectorisedBOHB(bohb.configspace(spaces.load("paired_choices"), seed))
     np.random.seed(seed)
     used, finals, picked, repeats = 0.0, [], [], 0
     while used < evaluations:

@@ -12,6 +12,7 @@ import pytest
 
 import tuning
 from tuning import conditions, growth, spacejson, spaces
+from tuning.backend.bohb import configspace
 from tuning.spaces import Choice, IntLogUniform, IntUniform, LogUniform, Space, SpaceError, Uniform
 
 
@@ -137,7 +138,7 @@ def test_int_log_uniform():
     p = IntLogUniform(8, 512, grid=4)
     assert p.grid_values() == [8, 32, 128, 512]
     assert spaces.contains(p, 100) and not spaces.contains(p, 100.5) and not spaces.contains(p, 600)
-    cs = spaces.to_configspace(Space(params={"w": p}, trainer="counting_ones"), seed=0)
+    cs = configspace(Space(params={"w": p}, trainer="counting_ones"), seed=0)
     draws = [cs.sample_configuration()["w"] for _ in range(400)]
     assert all(8 <= d <= 512 and float(d).is_integer() for d in draws)
     assert np.median(draws) < 100  # log-uniform: the median is near sqrt(8 * 512) = 64, not 260
@@ -156,7 +157,7 @@ def test_bohb_model_fits_mixed_active_sets_and_never_proposes_an_inactive_parame
     # The conditional parameter first: HpBandSter's imputation skipped column 0.
     params = {"a_momentum": Uniform(0.0, 1.0, when={"optimizer": "sgd"}), "optimizer": Choice(["adamw", "sgd"]),
               "lr": LogUniform(1e-4, 1e-1)}
-    cs = spaces.to_configspace(Space(params=params, trainer="counting_ones"), seed=0)
+    cs = configspace(Space(params=params, trainer="counting_ones"), seed=0)
     np.random.seed(0)
     model = VectorisedBOHB(cs)
     rng = np.random.default_rng(0)
@@ -207,7 +208,7 @@ def test_bohb_bandwidths_on_a_conditional_space_are_hpbandsters_where_a_column_i
 
     params = {"optimizer": Choice(["adamw", "sgd"]), "lr": Uniform(0.0, 1.0), "width": IntUniform(1, 5),
               "momentum": Uniform(0.0, 1.0, when={"optimizer": "sgd"})}
-    cs = spaces.to_configspace(Space(params=params, trainer="counting_ones"), seed=0)
+    cs = configspace(Space(params=params, trainer="counting_ones"), seed=0)
     model = VectorisedBOHB(cs)
     col = {k: i for i, k in enumerate(cs.keys())}
     data = np.zeros((6, len(col)))  # statsmodels fits more points than columns

@@ -119,11 +119,10 @@ def test_a_hyperband_rung_keeps_its_best_by_fronts_feasible_first():
 
 
 def test_bohb_splits_good_from_bad_by_fronts_and_never_ranks_the_infeasible_first():
-    from tuning import spaces
     from tuning.backend import bohb
 
     space = tradeoff_space(strategy="bohb")
-    model = bohb.FrontsBOHB(spaces.to_configspace(space, 0), min_points_in_model=3, top_n_percent=30)
+    model = bohb.FrontsBOHB(bohb.configspace(space, 0), min_points_in_model=3, top_n_percent=30)
     rng = np.random.default_rng(1)
     points = []
     for _ in range(20):

@@ -396,7 +396,7 @@ def test_an_extended_mo_asha_rebuilds_its_rungs_with_every_objective(ray_here, t
 def test_bohb_carries_every_objective_through_add_samples_and_warm_start(ray_here, tmp_path):
     from tuning import growth
     from tuning.backend import mo
-    from tuning.backend.bohb import PaperBOHB
+    from tuning.backend.bohb import PaperBOHB, configspace
 
     space = tradeoff_space(strategy="bohb", num_samples=8, max_epochs=4, reduction_factor=2)
     first = tmp_path / "first"
@@ -406,7 +406,7 @@ def test_bohb_carries_every_objective_through_add_samples_and_warm_start(ray_her
     assert more.trials[["loss", "latency_ms", "peak_mem_gb", "feasible"]].notna().all().all()
     check_front(first, space, 4)
     # A warm start gives BOHB's model every earlier result with both objectives and the violation.
-    model = PaperBOHB(space=spaces.to_configspace(space, 0), metric=space.metric, mode=space.mode, seed=0,
+    model = PaperBOHB(space=configspace(space, 0), metric=space.metric, mode=space.mode, seed=0,
                       params=space.params, rule=mo.Rule.of(space))
     model.warm(growth.all_rows(growth.earlier_runs([str(first)], space)))
     points, losses = model.bohber.points, model.bohber.losses

@@ -110,9 +110,9 @@ def test_bohbs_set_of_evaluated_points_agrees_with_comparing_every_pair():
     from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
 
     from tuning import spaces
-    from tuning.backend.bohb import VectorisedBOHB
+    from tuning.backend.bohb import VectorisedBOHB, configspace
 
-    cs = spaces.to_configspace(spaces.load("lcbench"), 0)
+    cs = configspace(spaces.load("lcbench"), 0)
     model = VectorisedBOHB(cs, random_fraction=0.0)
     rng = np.random.default_rng(0)
     for config in cs.sample_configuration(300):
@@ -131,9 +131,9 @@ def test_bohb_fits_a_window_past_a_thousand_results_and_still_knows_every_point(
     from ray.tune.search.bohb.bohb_search import _BOHBJobWrapper
 
     from tuning import spaces
-    from tuning.backend.bohb import VectorisedBOHB
+    from tuning.backend.bohb import VectorisedBOHB, configspace
 
-    cs = spaces.to_configspace(spaces.load("lcbench"), 0)
+    cs = configspace(spaces.load("lcbench"), 0)
     model = VectorisedBOHB(cs, random_fraction=0.0)
     model.window = 200
     configs, losses = list(cs.sample_configuration(500)), np.random.default_rng(0).random(500)

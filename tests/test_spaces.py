@@ -6,6 +6,7 @@ import pytest
 
 from tuning import spaces
 from tuning.backend import strategies
+from tuning.backend.bohb import configspace
 from tuning.spaces import Choice, IntUniform, LogUniform, Space, SpaceError, Uniform
 
 
@@ -140,7 +141,7 @@ def test_configspace_target_keeps_bounds_scale_and_choices(kind):
     import ConfigSpace as CS
 
     p = KINDS[kind]
-    hp = spaces.to_configspace(Space(params={"x": p}), seed=0)["x"]
+    hp = configspace(Space(params={"x": p}), seed=0)["x"]
     if isinstance(p, Choice):
         assert isinstance(hp, CS.CategoricalHyperparameter) and list(hp.choices) == list(p.values)
     elif isinstance(p, IntUniform):
@@ -180,6 +181,21 @@ def test_ray_tune_distributions_are_refused_with_the_quantisation_reason():
     with pytest.raises(SpaceError, match=re.escape("is Ray Tune's grid_search: declare Choice([...]) and run "
                                                    "strategy='grid'")):
         Space(params={"batch_size": tune.grid_search([16, 32])})
+
+
+@pytest.mark.parametrize("keyword,says", [("direction", "Space() takes no direction=: give mode='min' or mode='max'"),
+                                          ("num_sample", "Space() takes no num_sample=: give num_samples="),
+                                          ("colour", "Space() takes no colour=; its keywords are params, strategy")])
+def test_an_unknown_space_keyword_is_refused_with_what_to_give(keyword, says, tmp_path):
+    """It was Python's TypeError ("__init__() got an unexpected keyword argument"), no TuningError,
+    and a space file "does not load: TypeError: ...": neither said what to give."""
+    with pytest.raises(SpaceError, match=re.escape(says)):
+        Space(params={"x": Uniform(0.0, 1.0)}, trainer="counting_ones", **{keyword: 1})
+    (tmp_path / "mine.py").write_text("from tuning import Space, Uniform\n"
+                                      f"SPACE = Space(params={{'x': Uniform(0.0, 1.0)}}, {keyword}=1)\n")
+    with pytest.raises(SpaceError, match=re.escape(f"{tmp_path / 'mine.py'}: {says}")):
+        spaces.load(str(tmp_path / "mine.py"))
+    assert Space(params={"x": Uniform(0.0, 1.0)}, trainer="counting_ones").replace(seed=3).seed == 3
 
 
 def test_plain_turns_numpy_scalars_into_python_values():

@@ -51,9 +51,9 @@ def recorder():
 def bohb_suggestion(space: spaces.Space) -> dict:
     """One configuration from the BOHB searcher tuning.run would build: proves hpbandster,
     ConfigSpace and Ray's TuneBOHB import and agree (tuning.doctor)."""
-    from tuning.backend.bohb import PaperBOHB
+    from tuning.backend.bohb import PaperBOHB, configspace
 
-    searcher = PaperBOHB(space=spaces.to_configspace(space, 0), metric=space.metric, mode=space.mode, seed=0)
+    searcher = PaperBOHB(space=configspace(space, 0), metric=space.metric, mode=space.mode, seed=0)
     return searcher.suggest("doctor")
 
 

@@ -20,6 +20,31 @@ from tuning.backend import mo, rayinternals
 from tuning.backend.kde import MixedKDE, active_bandwidths
 
 
+def configspace(space, seed: int | None = None) -> ConfigSpace.ConfigurationSpace:
+    """The space's ConfigSpace twin, which TuneBOHB and the model below search (a choice of lists,
+    dicts or None by position: ConfigSpace's categories must be scalars)."""
+    CS = ConfigSpace
+    cs = CS.ConfigurationSpace(seed=seed)
+    for k, p in space.params.items():
+        if isinstance(p, param_types.LogUniform):
+            hp = CS.UniformFloatHyperparameter(k, lower=p.low, upper=p.high, log=True)
+        elif isinstance(p, param_types.Uniform):
+            hp = CS.UniformFloatHyperparameter(k, lower=p.low, upper=p.high)
+        elif isinstance(p, (param_types.IntUniform, param_types.IntLogUniform)):
+            hp = CS.UniformIntegerHyperparameter(k, lower=p.low, upper=p.high, log=isinstance(p, param_types.IntLogUniform))
+        else:
+            hp = CS.CategoricalHyperparameter(k, choices=list(range(len(p.values))) if p.by_position else list(p.values))
+        cs.add(hp)
+    for k, p in space.params.items():  # every parent exists now
+        when = {parent: [param_types.to_positions(space.params, {parent: v})[parent] for v in values]
+                for parent, values in (p.when or {}).items()}
+        tests = [CS.InCondition(cs[k], cs[parent], values) if len(values) > 1 else
+                 CS.EqualsCondition(cs[k], cs[parent], values[0]) for parent, values in when.items()]
+        if tests:
+            cs.add(tests[0] if len(tests) == 1 else CS.AndConjunction(*tests))
+    return cs
+
+
 class PaperBOHB(rayinternals.tune_bohb()):
     """TuneBOHB fed by PaperHyperBand.observe, each (trial, budget) once, with plain proposals.
 
@@ -35,7 +60,7 @@ class PaperBOHB(rayinternals.tune_bohb()):
         self.observed: list[tuple[str, float]] = []  # what the model was given, in order
         self.rule = rule  # several objectives or a constraint: each result's point, split by mo.order
         # The space's declarations: a choice of lists, dicts or None is a ConfigSpace category by its
-        # position (spaces.to_configspace), which the trials get back as the value.
+        # position (bohb.configspace), which the trials get back as the value.
         self.params = params or {}
         super().__init__(*args, **kwargs)
 

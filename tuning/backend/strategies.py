@@ -213,11 +213,11 @@ def build(spec, budget=None):
         if strategy in ("bohb", "adaptive"):
             # hpbandster, ConfigSpace, scipy: seconds, for these alone
             from tuning.backend.adaptive import AdaptiveBOHB, AdaptiveHyperBand
-            from tuning.backend.bohb import PaperBOHB
+            from tuning.backend.bohb import PaperBOHB, configspace
 
             np.random.seed(seed + spec.extension)  # HpBandSter draws its random fraction from numpy's global generator
             model = (PaperBOHB if strategy == "bohb" else AdaptiveBOHB)(
-                space=spaces.to_configspace(space, seed), metric=space.metric, mode=space.mode, seed=seed,
+                space=configspace(space, seed), metric=space.metric, mode=space.mode, seed=seed,
                 params=space.params, rule=rule,
                 points_to_evaluate=[spaces.to_positions(space.params, p) for p in spec.warm_points] or None)
             model.warm(spec.warm_rows)

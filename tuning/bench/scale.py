@@ -121,9 +121,9 @@ def proposal_ms(searcher: str, n: int, repeats: int = 20, seed: int = 0) -> dict
     rng = np.random.default_rng(seed)
     if searcher == "bohb":
         from tuning.backend import rayinternals
-        from tuning.backend.bohb import VectorisedBOHB
+        from tuning.backend.bohb import VectorisedBOHB, configspace
 
-        cs = spaces.to_configspace(space, seed)
+        cs = configspace(space, seed)
         model = VectorisedBOHB(cs, random_fraction=0.0)
         for i, config in enumerate(cs.sample_configuration(n)):
             model.new_result(rayinternals.bohb_job(float(rng.random()), 27, dict(config)), update_model=i == n - 1)

@@ -112,7 +112,7 @@ def _proposal_cost(quick: bool) -> list[dict]:
     from tuning.backend import bohb
 
     space = spaces.load("counting_ones")
-    model = bohb.VectorisedBOHB(spaces.to_configspace(space, seed=0))
+    model = bohb.VectorisedBOHB(bohb.configspace(space, seed=0))
     np.random.seed(0)
     for _ in range(2 * model.min_points_in_model):  # enough points for its KDEs at budget 9
         config = dict(model.configspace.sample_configuration())
