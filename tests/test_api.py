@@ -235,6 +235,19 @@ def test_a_resume_runs_the_trainer_the_run_ran(tmp_path):
         inputs.recorded_space(rec, "user_trainers:raises")
 
 
+def test_a_resume_of_a_script_trainer_without_it_is_told_to_give_it_as_the_caller_would(tmp_path):
+    """From Python it was told "resume it from Python", in Python; the command is told to go to Python."""
+    from tuning import cli, inputs, record
+
+    rec = record.RunRecord(space=str(tmp_path / "gone.py"), strategy="random", seed=0, num_samples=2, max_epochs=2,
+                           trainer="__main__:train")
+    with pytest.raises(tuning.TuningError, match="defined in a script") as python:
+        inputs.recorded_space(rec, None)
+    assert "from Python" not in str(python.value) and "tuning.resume(DIR, trainer=your_function)" in str(python.value)
+    with cli.speaking_flags(), pytest.raises(tuning.TuningError, match="resume it from Python, tuning.resume"):
+        inputs.recorded_space(rec, None)
+
+
 def test_a_refusal_after_ray_started_leaves_no_ray_running():
     """A search refused after it started Ray (more CPUs a trial than the machine has) left that Ray
     up, and a later search(address=...) in the process ran on it instead of the cluster it named."""
@@ -565,6 +578,18 @@ def test_callable_objects_partials_and_lambdas_are_trainers(ray_here, tmp_path):
         assert result.best.metrics["score"] == pytest.approx(trainer(lr=result.best.config["lr"])["score"]), kind
     assert tuning.spaces.trainer_name(trainers["object"]) == "test_api:_Shifted"
     assert tuning.spaces.trainer_name(trainers["partial"]) == "test_api:_needs_data"
+
+
+def test_a_function_execd_without_a_module_name_is_recorded_as_a_scripts():
+    """exec() without __name__ leaves a function's module None: it was recorded as builtins:objective,
+    which "imports", so a resume was sent to the command line and failed to find it there."""
+    from tuning import contract
+
+    namespace = {}
+    exec("def objective(*, lr):\n    return {'score': lr}\n", namespace)
+    name = tuning.spaces.trainer_name(namespace["objective"])
+    assert name == "__main__:objective" and not contract.importable(name)
+    assert contract.module_of(namespace["objective"]) is None  # it travels to Ray's workers by value
 
 
 def test_a_metric_named_as_tunes_own_fields_is_kept_aside_and_changes_nothing(ray_here, tmp_path):

@@ -312,8 +312,10 @@ def recorded_space(rec: records.RunRecord, trainer) -> spaces.Space:
         try:
             trainer = spaces.load(rec.space).trainer
         except spaces.SpaceError:
+            how = cli.in_words("resume it from Python, tuning.resume(DIR, trainer=your_function)",
+                               "give it again, tuning.resume(DIR, trainer=your_function)")
             raise UsageError(f"this run's trainer {rec.trainer} was defined in a script, so it cannot be imported by "
-                             "name: resume it from Python, tuning.resume(DIR, trainer=your_function)") from None
+                             f"name: {how}") from None
     if not rec.declaration:  # a run recorded before run.json held the whole space
         space = spaces.load(rec.space)
         return space.replace(trainer=trainer) if trainer is not None else space

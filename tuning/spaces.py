@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import difflib
 import functools
 import importlib
 import importlib.util
@@ -39,6 +40,12 @@ STRATEGIES = ("grid", "random", "asha", "median", "hyperband", "bohb", "adaptive
 # A space that names no strategy: the one the comparisons favour for its trainer, chosen when the
 # run starts (tuning.inputs.auto_strategy; docs/strategies.md, "Which strategy").
 AUTO = "auto"
+# Optuna's and Ray Tune's words for a Space's keywords: a migrating user's first guess.
+_OTHER_NAMES = {"direction": "mode='min' or mode='max'", "directions": "objectives={'loss': 'min', ...}",
+                "sampler": "strategy=", "pruner": "strategy=", "scheduler": "strategy=", "search_alg": "strategy=",
+                "n_trials": "num_samples=", "stop": "max_epochs=", "config": "params=", "param_space": "params=",
+                "resources_per_trial": "cpus_per_trial= and gpus_per_trial=",
+                "timeout": "the run a time budget instead (tuning.search(time_budget=...), --time-budget)"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,16 @@ class Space:
     # The point hypervolume is measured from in the run's report and MLflow (docs/results.md): one
     # value per objective, worse than any result you care about; None: derived from the results.
     reference_point: dict | list | None = None
+
+    def __new__(cls, *args, **kwargs):
+        # Before the dataclass's __init__, whose TypeError ("unexpected keyword argument") names no fix.
+        unknown = [k for k in kwargs if k not in cls.__dataclass_fields__]
+        if unknown:
+            ours = _OTHER_NAMES.get(unknown[0]) or next((f"{k}=" for k in difflib.get_close_matches(
+                unknown[0], cls.__dataclass_fields__, 1)), None)
+            raise SpaceError(f"Space() takes no {unknown[0]}=" + (f": give {ours}" if ours else
+                             f"; its keywords are {', '.join(cls.__dataclass_fields__)}"))
+        return super().__new__(cls)
 
     def __post_init__(self):
         if not isinstance(self.params, dict):  # a list of declarations has no names to give the trainer
@@ -168,7 +185,9 @@ def trainer_name(trainer) -> str:
     if callable(trainer):  # a functools.partial or a callable object by what it calls: neither has a __qualname__
         inner = trainer.func if isinstance(trainer, functools.partial) else trainer
         named = inner if hasattr(inner, "__qualname__") else type(inner)
-        return f"{getattr(named, '__module__', None) or type(inner).__module__}:{named.__qualname__}"
+        # exec'd without __name__, a function's module is None (it read "builtins"): the caller's own, as a script's
+        module = getattr(named, "__module__", None) or ("__main__" if named is inner else type(inner).__module__)
+        return f"{module}:{named.__qualname__}"
     return trainer
 
 
@@ -332,31 +351,6 @@ def active(space: Space, config: dict) -> set[str]:
 
 def drop_inactive(space: Space, config: dict) -> dict:
     return conditions.drop_inactive(space.params, config)
-
-
-def to_configspace(space: Space, seed: int | None = None):
-    """A ConfigSpace space, for TuneBOHB."""
-    import ConfigSpace as CS
-
-    cs = CS.ConfigurationSpace(seed=seed)
-    for k, p in space.params.items():
-        if isinstance(p, LogUniform):
-            hp = CS.UniformFloatHyperparameter(k, lower=p.low, upper=p.high, log=True)
-        elif isinstance(p, Uniform):
-            hp = CS.UniformFloatHyperparameter(k, lower=p.low, upper=p.high)
-        elif isinstance(p, (IntUniform, IntLogUniform)):
-            hp = CS.UniformIntegerHyperparameter(k, lower=p.low, upper=p.high, log=isinstance(p, IntLogUniform))
-        else:  # ConfigSpace's categories must be scalars: a choice of lists, dicts or None by position
-            hp = CS.CategoricalHyperparameter(k, choices=list(range(len(p.values))) if p.by_position else list(p.values))
-        cs.add(hp)
-    for k, p in space.params.items():  # every parent exists now
-        when = {parent: [to_positions(space.params, {parent: v})[parent] for v in values]
-                for parent, values in (p.when or {}).items()}
-        tests = [CS.InCondition(cs[k], cs[parent], values) if len(values) > 1 else
-                 CS.EqualsCondition(cs[k], cs[parent], values[0]) for parent, values in when.items()]
-        if tests:
-            cs.add(tests[0] if len(tests) == 1 else CS.AndConjunction(*tests))
-    return cs
 
 
 # ---------------------------------------------------------------- the registry
