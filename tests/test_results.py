@@ -1,5 +1,6 @@
 """The files of a results folder read back by the one reader every report and the replay use: no Ray."""
 
+import math
 import subprocess
 import sys
 
@@ -127,12 +128,32 @@ def test_an_empty_front_is_put_down_to_the_constraints_only_where_a_trial_reache
 
     rec = record.RunRecord(space="tiny", strategy="random", seed=0, num_samples=2, max_epochs=2, status="finished")
     crashed = pd.DataFrame({"trial_id": ["a", "b"], "epochs": [0, 0], "status": ["ERROR", "ERROR"], "error": ["boom"] * 2,
-                            "feasible": [False, False], "diverged": [False, False]})
+                            "feasible": [False, False], "diverged": [False, False], "loss": [0.5, 0.4]})
     over = crashed.assign(epochs=[2, 2], status=["TERMINATED", "TERMINATED"])
     for trials, why in ((crashed, "no trial reached the full budget with every objective measured"),
                         (over, "no trial met the constraints at the full budget")):
         text = SearchResult(tmp_path, "finished", trials, pd.DataFrame(), None, rec, None, pareto=trials.iloc[0:0]).summary()
         assert f"Pareto front: empty ({why})" in text
+
+
+def test_a_full_budget_trial_without_its_second_objective_is_named_off_the_front(tmp_path):
+    """A NaN latency (a trainer's timer that failed) left the trial off the front without a word."""
+    from tuning import objectives
+    from tuning.searchresult import SearchResult
+
+    rec = record.RunRecord(space="tiny", strategy="random", seed=0, num_samples=3, max_epochs=2, status="finished",
+                           declaration={"objectives": {"loss": "min", "latency_ms": "min"}})
+    trials = pd.DataFrame({"trial_id": ["a", "b", "c"], "epochs": [2, 2, 1], "status": ["TERMINATED"] * 3,
+                           "diverged": [False] * 3, "loss": [0.3, 0.2, 0.1], "latency_ms": [1.0, math.nan, math.nan]})
+    front = trials.iloc[:1].assign(pareto_rank=1)
+    text = SearchResult(tmp_path, "finished", trials, pd.DataFrame(), None, rec, None, pareto=front).summary()
+    # b reached the full budget and is off; c stopped short, which is no news
+    assert "1 trial(s) at the full budget left off the front: their latency_ms is missing or not a number" in text
+    assert objectives.unmeasured(trials.assign(latency_ms=1.0), rec.declaration["objectives"], 2) == {}
+    text = SearchResult(tmp_path, "finished", trials.iloc[1:], pd.DataFrame(), None, rec, None,
+                        pareto=front.iloc[0:0]).summary()
+    assert "Pareto front: empty (no trial reached the full budget with every objective measured)" in text
+    assert "left off the front: their latency_ms" in text
 
 
 @pytest.mark.parametrize("status", ["finished", "interrupted", "time budget spent"])

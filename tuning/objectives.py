@@ -331,6 +331,19 @@ def annotate(trials: pd.DataFrame, space, max_epochs: int) -> pd.DataFrame:
     return trials.loc[order.index].reset_index(drop=True)
 
 
+def unmeasured(trials: pd.DataFrame, objectives: dict, max_epochs: int) -> dict[str, int]:
+    """Per objective, the trials that reached the full budget without diverging yet left it
+    missing or NaN (annotate ranks none of them); only objectives some trial lacks."""
+    if trials.empty or "epochs" not in trials:
+        return {}
+    import pandas as pd
+
+    full = trials[~_diverged(trials) & (pd.to_numeric(trials["epochs"]) >= max_epochs)]
+    counts = {k: int(pd.to_numeric(full[k], errors="coerce").isna().sum()) if k in full else len(full)
+              for k in objectives}
+    return {k: n for k, n in counts.items() if n}
+
+
 def front(trials: pd.DataFrame) -> pd.DataFrame:
     """The Pareto front of an annotated trials table: its rows of rank 1 (pareto.csv)."""
     if RANK not in trials:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from tuning import objectives
 from tuning.record import DataOrigin, RunRecord
 
 # What a finished run's folder holds for its user, in the order the summary names them.
@@ -143,16 +144,20 @@ class SearchResult:
         if self.pareto is None:
             return []
         ways = self.record.declaration.get("objectives") or {self.record.metric: self.record.mode}
+        # A trial at the full budget whose other objective is NaN or missing stays off the front: said, not dropped.
+        unmeasured = objectives.unmeasured(self.trials, ways, self.record.max_epochs)
+        off = [f"  {n} trial(s) at the full budget left off the front: their {k} is missing or not a number "
+               "(see trials.csv)" for k, n in unmeasured.items()]
         if self.pareto.empty:
             t = self.trials
             reached = not t.empty and (pd.to_numeric(t["epochs"]) >= self.record.max_epochs).any()
-            why = ("no trial met the constraints at the full budget" if reached and "feasible" in t else
+            why = ("no trial met the constraints at the full budget" if reached and "feasible" in t and not off else
                    "no trial reached the full budget with every objective measured")
-            return [f"  Pareto front: empty ({why}); pareto.csv has none"]
+            return [f"  Pareto front: empty ({why}); pareto.csv has none"] + off
         points = "; ".join(", ".join(f"{k} {_fmt(row[k])}" for k in ways) for _, row in self.pareto.head(5).iterrows())
         more = f"; and {len(self.pareto) - 5} more" if len(self.pareto) > 5 else ""
         return [f"  Pareto front ({', '.join(f'{k} {v}' for k, v in ways.items())}): {len(self.pareto)} trial(s) in "
-                f"pareto.csv: {points}{more}"]
+                f"pareto.csv: {points}{more}"] + off
 
     def _failure_lines(self) -> list[str]:
         t = self.trials
