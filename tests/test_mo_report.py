@@ -249,3 +249,18 @@ def test_add_samples_moves_the_pareto_tag_to_the_new_front(ray_here, tmp_path):
     assert {k.data.tags["trial_id"] for k in kids if "pareto" in k.data.tags} == after
     parent = client.get_run(first.record.mlflow.parent_run_id)
     assert [m.value for m in client.get_metric_history(parent.info.run_id, "pareto_size")] == [len(before), len(after)]
+
+
+def test_three_objectives_with_an_infeasible_full_budget_trial_draw_it_dashed(tmp_path):
+    """An infeasible trial's pareto_rank is <NA>: comparing it with 1 made the front's mask
+    ambiguous, so the run's final report was never written and tuning.report raised a TypeError."""
+    rng = np.random.default_rng(0)
+    trials = pd.DataFrame({"trial_id": [f"t{i}" for i in range(6)], "epochs": [2] * 6, "status": ["TERMINATED"] * 6,
+                           "diverged": [False] * 6, "loss": rng.random(6), "latency_ms": rng.random(6),
+                           "peak_mem_gb": rng.random(6), "gpu_mem": [1.0, 1.0, 9.0, 1.0, 1.0, 1.0]})
+    goals = hv.Goals(THREE, {"gpu_mem": ("<=", 4.0)}, "loss", "min")
+    ranked = objectives.annotate(trials, goals, 2)
+    assert ranked["pareto_rank"].isna().sum() == 1  # the infeasible one
+    lines = front.front_parallel(ranked, goals).axes[0].collections
+    styles = [c.get_linestyle()[0][1] is not None for c in lines]  # dashed: a dash pattern
+    assert len(lines) == 3 and styles.count(True) == 1 and len(lines[styles.index(True)].get_paths()) == 1

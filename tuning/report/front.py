@@ -53,7 +53,8 @@ def full_budget(trials: pd.DataFrame, g: Goals) -> pd.DataFrame:
 
 
 def _on_front(rows: pd.DataFrame) -> pd.Series:
-    return pd.to_numeric(rows[objectives.RANK], errors="coerce") == 1 if objectives.RANK in rows else \
+    # pareto_rank is nullable (Int64): an unranked row's <NA> == 1 is <NA>, no mask; as float it is NaN, False
+    return pd.to_numeric(rows[objectives.RANK], errors="coerce").astype(float) == 1 if objectives.RANK in rows else \
         pd.Series(False, index=rows.index)
 
 
