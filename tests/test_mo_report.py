@@ -264,3 +264,19 @@ def test_three_objectives_with_an_infeasible_full_budget_trial_draw_it_dashed(tm
     lines = front.front_parallel(ranked, goals).axes[0].collections
     styles = [c.get_linestyle()[0][1] is not None for c in lines]  # dashed: a dash pattern
     assert len(lines) == 3 and styles.count(True) == 1 and len(lines[styles.index(True)].get_paths()) == 1
+
+
+def test_the_best_so_far_figure_counts_only_results_that_meet_the_constraints():
+    """It drew the best of every result: the summary said best loss 1.6 (feasible) while the figure
+    went down to 0.97, a trial far over its memory bound."""
+    from tuning.report import runplots
+
+    epochs = pd.DataFrame({"trial_id": ["a", "a", "b", "b"], "training_iteration": [1, 2, 1, 2],
+                           "timestamp": [1, 2, 3, 4], "time_total_s": [1.0, 2.0, 1.0, 2.0], "diverged": [False] * 4,
+                           "loss": [2.0, 1.6, 1.2, 0.97], "peak_mem_gb": [1.0, 1.0, 3.5, 3.6]})
+    kw = dict(metric="loss", mode="min", label="loss", started=0.0, max_epochs=2)
+    for constraints, lowest in ((None, 0.97), ({"peak_mem_gb": ["<=", 3]}, 1.6)):
+        fig = runplots.best_so_far(epochs, **kw, constraints=constraints)
+        steps = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("best at")]
+        assert min(np.nanmin(line.get_ydata()) for line in steps) == pytest.approx(lowest)
+    assert "of the results that meet the constraints" in fig._suptitle.get_text()

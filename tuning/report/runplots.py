@@ -18,7 +18,7 @@ import pandas as pd
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-from tuning import params, results, spaces
+from tuning import objectives, params, results, spaces
 
 # How a trial ended, as (line style, end marker, legend text). A trial gets one of these; being
 # paused and resumed is drawn on top as a circle at each epoch it resumed from.
@@ -170,8 +170,9 @@ def learning_curves(trials: pd.DataFrame, epochs: pd.DataFrame, *, metric: str, 
 
 
 def best_so_far(epochs: pd.DataFrame, *, metric: str, mode: str, label: str, started: float | None,
-                max_epochs: int) -> Figure | None:
-    """The best value reported so far, against wall time and against epochs consumed."""
+                max_epochs: int, constraints: dict | None = None) -> Figure | None:
+    """The best value reported so far, against wall time and against epochs consumed; under
+    constraints, of the results that met them (as every other "best" of a run)."""
     from matplotlib.figure import Figure
 
     if epochs.empty or not epochs[metric].notna().any():
@@ -179,6 +180,10 @@ def best_so_far(epochs: pd.DataFrame, *, metric: str, mode: str, label: str, sta
     # Arrival order: Tune's timestamp has whole seconds, so ties go by the trial's own clock.
     rows = epochs.sort_values(["timestamp", "time_total_s"], kind="stable").reset_index(drop=True)
     ok = rows[metric].where(~rows["diverged"].fillna(False).astype(bool))
+    if constraints:
+        met = [objectives.violation(r, constraints) == 0 for r in rows.reindex(columns=list(constraints))
+               .to_dict("records")]
+        ok = ok.where(pd.Series(met, index=rows.index, dtype=bool))
     full = ok.where(rows["training_iteration"] >= max_epochs)
     best = (lambda s: s.cummin()) if mode == "min" else (lambda s: s.cummax())
     t0 = started if started is not None else float((rows["timestamp"] - rows["time_total_s"]).min())
@@ -199,7 +204,8 @@ def best_so_far(epochs: pd.DataFrame, *, metric: str, mode: str, label: str, sta
         axes[0].set_ylim(lo - 0.05 * (hi - lo), hi + 0.05 * (hi - lo))
     axes[0].set_ylabel(f"best {label} so far")
     axes[0].legend(loc="best")
-    fig.suptitle(f"Best {label} so far ({'lower' if mode == 'min' else 'higher'} is better)")
+    among = ", of the results that meet the constraints" if constraints else ""
+    fig.suptitle(f"Best {label} so far{among} ({'lower' if mode == 'min' else 'higher'} is better)")
     return fig
 
 

@@ -287,7 +287,8 @@ def _figures(run_dir: Path, trials, epochs, plan, decls, mo: front.Measured | No
     label = _label(plan, metric)
     figs = {"curves": runplots.learning_curves(trials, epochs, metric=metric, mode=mode, label=label),
             "best": runplots.best_so_far(epochs, metric=metric, mode=mode, label=label, started=_started(plan),
-                                         max_epochs=plan.max_epochs),
+                                         max_epochs=plan.max_epochs,
+                                         constraints=(plan.declaration or {}).get("constraints")),
             "params": runplots.params_vs_metric(trials, decls, metric=metric, label=label)}
     if len(decls) > 2:
         figs["parallel"] = runplots.parallel_coordinates(trials, decls, metric=metric, mode=mode, label=label)
