@@ -368,3 +368,23 @@ def test_a_killed_segment_counts_up_to_the_last_file_it_wrote(tmp_path):
     assert rec.wall_time_s == 220.0
     session._close_killed_segment(rec, tmp_path)  # closed: a second look changes nothing
     assert rec.wall_time_s == 220.0
+
+
+def test_ctrl_c_just_after_the_search_ended_still_writes_the_tables_and_marks_the_run(tmp_path, monkeypatch):
+    """Ctrl-C in the seconds between the search's end and its files (Ray stopping) left results.jsonl
+    alone: no trials.csv, no epochs.csv, and run.json saying "running". A resume then finishes it."""
+    import tuning
+    from tuning import session
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    folder = tmp_path / "r"
+    with monkeypatch.context() as m:
+        m.setattr(session, "_metric_error", ctrl_c)  # the first step after the search loop
+        with pytest.raises(KeyboardInterrupt):
+            tuning.search(None, "counting_ones", strategy="random", num_samples=2, max_epochs=2, results_dir=folder)
+    assert len(pd.read_csv(folder / "trials.csv")) == 2 and len(pd.read_csv(folder / "epochs.csv")) == 4
+    run = json.loads((folder / "run.json").read_text())
+    assert run["status"] == "interrupted" and run["segments"][-1]["ended"] == "interrupted"
+    assert tuning.resume(folder).status == "finished"

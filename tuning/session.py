@@ -79,26 +79,52 @@ def execute(space: spaces.Space, record: RunRecord, source: data.DataSource | No
 
     spec = _run_spec(space, record, source, results_dir, resume, add_samples, progress_every_s=runreport.RELOAD_S,
                      on_progress=on_progress)
+    records = None
     try:
-        records, interrupted = backend.run(spec)
-    except BaseException:
-        if tracker is not None:
-            tracker.abandon()
+        try:
+            records, interrupted = backend.run(spec)
+        except BaseException:
+            if tracker is not None:
+                tracker.abandon()
+            raise
+        finally:
+            if not keep_ray:
+                backend.stop_ray()
+        return _written(space, record, records, interrupted, results_dir, source, started, tracker)
+    except KeyboardInterrupt:
+        # Ctrl-C once the search had ended but before its end was written (Ray stopping, a test
+        # evaluation): the tables were lost and run.json said "running". Written now, marked interrupted.
+        if records is not None and record.status == "running":
+            _one_report_run(record, records)
+            trials, _ = _tables(space, record, records, results_dir)
+            _write_front(results_dir, trials, space)
+            _record_end(record, trials, None, "interrupted", started)
+            record.write(results_dir)
+            if tracker is not None:
+                tracker.abandon()
         raise
-    finally:
-        if not keep_ray:
-            backend.stop_ray()
 
-    _one_report_run(record, records)
-    stopped_by = _metric_error(records, space.metric, since=started)
-    params = list(space.params)
+
+def _tables(space: spaces.Space, record: RunRecord, records: list[TrialRecord], results_dir: Path):
+    """trials.csv and epochs.csv of what ran, written; (trials, epochs)."""
     res = record.resources_per_trial
-    trials = results.trials_table(records, params, strategy=record.strategy, max_epochs=record.max_epochs,
+    trials = results.trials_table(records, list(space.params), strategy=record.strategy, max_epochs=record.max_epochs,
                                   metric=space.metric, mode=space.mode, cpus=res.cpu, gpus=res.gpu,
                                   constraints=space.constraints)
     trials = objectives.annotate(trials, space, record.max_epochs)  # several objectives: feasibility, rank
-    epochs = results.epochs_table(records, params, space.metric)
+    epochs = results.epochs_table(records, list(space.params), space.metric)
     results.write_tables(results_dir, trials, epochs)
+    return trials, epochs
+
+
+def _written(space: spaces.Space, record: RunRecord, records: list[TrialRecord], interrupted: bool,
+             results_dir: Path, source, started: float, tracker) -> SearchResult:
+    """The files of a search that ended, and what it came to."""
+    from tuning.report import runreport
+
+    _one_report_run(record, records)
+    stopped_by = _metric_error(records, space.metric, since=started)
+    trials, epochs = _tables(space, record, records, results_dir)
     if stopped_by:
         wrong, where = stopped_by
         _record_end(record, trials, None, "stopped: the trainer's metrics cannot be used", started)
