@@ -152,3 +152,12 @@ def test_a_constraint_on_a_metric_a_users_trainer_never_reports_stops_at_its_fir
     says = "the trainer reported no 'energy_j'"
     assert says in str(err.value) and "\n" not in str(err.value)
     _stopped_at_the_first_result(tmp_path / "r", says)
+
+
+def test_a_bound_on_the_trials_own_memory_needs_no_report_from_the_trainer(ray_here, tmp_path):
+    """peak_rss_mb comes with every result (this process's), as docs/tracking.md's example bounds
+    it; a trainer of one's own that did not report it was stopped: "the trainer reported no 'peak_rss_mb'"."""
+    space = _user_space(tmp_path, "user_trainers:tradeoff", constraints={"peak_rss_mb": ("<=", 1e6)})
+    result = tuning.search(None, str(space), results_dir=tmp_path / "r")
+    assert result.status == "finished" and result.trials["feasible"].all() and len(result.pareto) >= 1
+    assert (result.trials["peak_rss_mb"] > 0).all()

@@ -209,8 +209,10 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
         if wrong is not None and given_a_dict:  # else the line already says to pass a dict
             wrong += (f": report {metric!r} as a number (to on_epoch, or in the dict the trainer returns), or set "
                       "the space's metric to one it reports")
+        # This process's memory figures come with every result: a bound on peak_rss_mb needs no trainer's report.
+        memory = trialstate.memory()
         lacking = metric
-        for other in others if wrong is None else ():
+        for other in [o for o in others if o not in memory] if wrong is None else ():
             wrong, lacking = contract.plain_metrics(metrics, other)[1], other
             if wrong is not None:
                 wrong += (f": report {other!r} as a number (to on_epoch, or in the dict the trainer returns), or "
@@ -227,7 +229,7 @@ def _epoch_reporter(params: dict, metric: str, diverged_value: float, *, restore
         # figures (a DDP rank's) win over this process's.
         # ended_at: when the epoch ended, to the microsecond; Tune's timestamp has whole seconds
         # (Ray's session overwrites a reported one), which made MLflow show trials of 0 ms.
-        metrics = {**trialstate.memory(), **metrics, "restored_from": restored_epoch, "node_id": node_id,
+        metrics = {**memory, **metrics, "restored_from": restored_epoch, "node_id": node_id,
                    "ended_at": time.time()}
         rss.append(metrics["rss_mb"])
         metrics["memory_growing"] = trialstate.memory_growing(rss)
