@@ -336,8 +336,12 @@ def test_a_trial_that_kept_no_checkpoint_has_none_and_a_benchmark_names_its_tria
 def test_load_checkpoint_of_a_folder_without_state_says_so(tmp_path):
     # Bad input, so a TuningError (it was a bare FileNotFoundError, which it still is too); None is
     # what result.best.checkpoint holds where the trial kept no state.
+    # A folder that is not there (best_config.json's relative "checkpoint", read from elsewhere) was
+    # said to hold no state.pt, as if it existed.
     for given, says in ((tmp_path, "holds no state.pt or state.pkl: give a trial's checkpoint folder"),
-                        (None, "got None: result.best.checkpoint is None where the trial kept no state")):
+                        (None, "got None: result.best.checkpoint is None where the trial kept no state"),
+                        ("tune/t1/checkpoint_000003", "no checkpoint folder at .*tune/t1/checkpoint_000003: give "
+                                                      "result.best.checkpoint, or best_config.json's checkpoint joined")):
         with pytest.raises(tuning.TuningError, match=says) as caught:
             tuning.load_checkpoint(given)
         assert isinstance(caught.value, FileNotFoundError)

@@ -73,6 +73,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
                                  "returns its metrics, or a benchmark)" if path is None else ""))
     text = os.fspath(path)
     if "://" not in text:
+        if not Path(text).exists():  # best_config.json's "checkpoint" is relative to its results folder
+            raise CheckpointError(f"no checkpoint folder at {Path(text).absolute()}: give result.best.checkpoint, or "
+                                  "best_config.json's checkpoint joined to the results folder that holds it")
         if not (Path(text) / CHECKPOINT_FILE).exists() and not (Path(text) / PICKLE_FILE).exists():
             raise CheckpointError(f"{text} holds no {CHECKPOINT_FILE} or {PICKLE_FILE}: give a trial's checkpoint "
                                   "folder, such as result.best.checkpoint")
