@@ -94,7 +94,9 @@ def test_several_objectives_name_the_first_as_the_metric_and_survive_run_json():
     (dict(objectives=TWO, reference_point={"loss": 2.0}), "give one value for each objective, loss, latency_ms"),
     (dict(objectives=TWO, reference_point=[2.0, math.nan]), "give one finite number per objective"),
     (dict(objectives=TWO, reference_point=2.0), "a dict by objective or a list in their order"),
-    (dict(reference_point=[2.0]), "is for several objectives; this space has 1"),
+    (dict(reference_point=[2.0]), "is for several objectives; this space has one: declare more objectives="),
+    # was "declare objectives= first", to a space that had declared them
+    (dict(objectives={"loss": "min"}, reference_point=[2.0]), "this space has one: declare more objectives="),
 ])
 def test_a_bad_declaration_is_one_line_at_once(kw, needle):
     with pytest.raises(SpaceError) as err:

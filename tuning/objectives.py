@@ -195,8 +195,8 @@ def reference_point(point, objectives: dict | None) -> dict | None:
         return None
     names = list(objectives or {})
     if len(names) < 2:
-        raise ValueError(f"reference_point={point!r} is for several objectives; this space has "
-                         f"{len(names) or 1}: declare objectives= first, or drop reference_point")
+        raise ValueError(f"reference_point={point!r} is for several objectives; this space has one"
+                         + (f" ({names[0]})" if names else "") + ": declare more objectives=, or drop reference_point")
     if isinstance(point, dict):
         if set(point) != set(names):
             raise ValueError(f"reference_point={point!r}: give one value for each objective, {', '.join(names)}")
