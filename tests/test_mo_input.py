@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import tuning
@@ -130,6 +131,12 @@ def _stopped_at_the_first_result(folder: Path, says: str) -> None:
     assert not (folder / "pareto.csv").exists()  # its front would be of stand-in values
     rows = (folder / "results.jsonl").read_text().splitlines()
     assert 1 <= len(rows) <= 2  # the first result, and at most one from the trial beside it
+    # The report is the run's end, not the live page ("the run is going"), and no trial is said to
+    # have ended by itself or reached the full budget: one failed, any other was stopped with the run.
+    md = (folder / "report.md").read_text()
+    assert "LIVE" not in md and "Status: stopped: the trainer's metrics cannot be used" in md
+    trials = pd.read_csv(folder / "trials.csv")
+    assert not trials["ended_itself"].any() and "| full budget |" not in md and "ended by its trainer" not in md
 
 
 def test_an_objective_a_users_trainer_never_reports_stops_at_its_first_result(tmp_path):

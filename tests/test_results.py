@@ -210,3 +210,14 @@ def test_a_csv_table_cut_short_mid_row_leaves_its_last_row_out_with_a_warning(tm
     (folder / "epochs.csv").write_text(text)  # whole: every row, no word
     pd.testing.assert_frame_equal(results.read_table(folder, "epochs"), EPOCHS)
     assert "mid-row" not in caplog.text
+
+
+def test_a_trial_the_run_stopped_before_its_first_result_did_not_end_itself():
+    """A run stopped at another trial's unusable result called a trial that never reported one
+    'ended by its trainer' (ended_itself), and the report counted it so."""
+    trials = [results.TrialRecord(trial_id="a", config={"x": 0.1}, status="TERMINATED", rows=[]),
+              results.TrialRecord(trial_id="b", config={"x": 0.2}, status="TERMINATED",
+                                  rows=[{"training_iteration": 1, "loss": 0.5}])]
+    table = results.trials_table(trials, ["x"], strategy="random", max_epochs=3).set_index("trial_id")
+    assert table.loc["a", "ended_itself"] == False and table.loc["a", "epochs"] == 0  # noqa: E712
+    assert table.loc["b", "ended_itself"] == True  # noqa: E712  (its trainer returned after one epoch of 3)

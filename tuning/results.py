@@ -203,7 +203,8 @@ def trials_table(records: list[TrialRecord], params: list[str], *, strategy: str
             "stopped_early": stopped,
             # Its trainer returned before the full budget by itself (its own early stopping): no STOP
             # marked its last result (a comparison's budget marks one too, under grid and random).
-            "ended_itself": short and not stopped and not truthy(last.get("done")),
+            # A trial with no result did not end itself: the run stopped before its first (a stopped run).
+            "ended_itself": short and epochs > 0 and not stopped and not truthy(last.get("done")),
             # Epochs after which the trial was paused and later resumed from its checkpoint
             # (Hyperband rungs under BOHB), e.g. "1;3".
             "resumed_at": ";".join(map(str, resumed)),

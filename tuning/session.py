@@ -120,8 +120,6 @@ def _tables(space: spaces.Space, record: RunRecord, records: list[TrialRecord], 
 def _written(space: spaces.Space, record: RunRecord, records: list[TrialRecord], interrupted: bool,
              results_dir: Path, source, started: float, tracker) -> SearchResult:
     """The files of a search that ended, and what it came to."""
-    from tuning.report import runreport
-
     _one_report_run(record, records)
     stopped_by = _metric_error(records, space.metric, since=started)
     trials, epochs = _tables(space, record, records, results_dir)
@@ -130,6 +128,7 @@ def _written(space: spaces.Space, record: RunRecord, records: list[TrialRecord],
         _record_end(record, trials, None, "stopped: the trainer's metrics cannot be used", started)
         record.error = wrong
         record.write(results_dir)
+        _final_report(results_dir, trials, epochs, record)  # not the live page's "the run is going"
         if tracker is not None:
             tracker.finish(records, trials, None, record.status)
         raise MetricError(f"{wrong}; the run stopped at {where} (files kept in {results_dir})")
@@ -140,13 +139,7 @@ def _written(space: spaces.Space, record: RunRecord, records: list[TrialRecord],
     status = "time budget spent" if spent else "interrupted" if unfinished else "finished"
     _record_end(record, trials, best, status, started)
     record.write(results_dir)
-    report = results_dir / "report.html"
-    try:
-        runreport.write_report(results_dir, trials, epochs, record)
-    except Exception as exc:  # the tables are written: a figure that fails must not lose the run's exit
-        log.warning("report.html not written (%s: %s); try again with python -m tuning.report %s",
-                    type(exc).__name__, exc, results_dir)
-        report = None
+    report = _final_report(results_dir, trials, epochs, record)
     # Last: report.html is one of the parent run's artifacts.
     lines = []
     if tracker is not None:
@@ -154,6 +147,19 @@ def _written(space: spaces.Space, record: RunRecord, records: list[TrialRecord],
         record.write(results_dir)  # the parent run's id, where it was opened late (the server was down)
     return SearchResult(results_dir=results_dir, status=status, trials=trials, epochs=epochs, best=best,
                         record=record, report=report, tracking=lines, pareto=pareto)
+
+
+def _final_report(results_dir: Path, trials: pd.DataFrame, epochs: pd.DataFrame, record: RunRecord) -> Path | None:
+    """report.html and report.md of the segment's end, over the live page; None where it failed."""
+    from tuning.report import runreport
+
+    try:
+        runreport.write_report(results_dir, trials, epochs, record)
+    except Exception as exc:  # the tables are written: a figure that fails must not lose the run's exit
+        log.warning("report.html not written (%s: %s); try again with python -m tuning.report %s",
+                    type(exc).__name__, exc, results_dir)
+        return None
+    return results_dir / "report.html"
 
 
 def _write_front(results_dir: Path, trials: pd.DataFrame, space: spaces.Space) -> pd.DataFrame | None:

@@ -47,6 +47,8 @@ def fate(row) -> str:
         return "stopped"
     if row["status"] != "TERMINATED":
         return "running"
+    if row.get("epochs") == 0:  # ended without a result: the run stopped first (a trainer's unusable metric)
+        return "stopped"
     if bool(row.get("stopped_early")):
         return "early"
     # A trials table written before ended_itself was a column reads as "full" there, as it did then.
