@@ -261,6 +261,33 @@ def test_an_out_folder_of_another_comparison_or_one_that_cannot_be_made_is_refus
             "cannot make the folder there", "give a folder you can write")
 
 
+def test_an_out_folder_of_runs_over_another_space_declaration_is_refused(capsys, tmp_path):
+    """A widened range, or another reduction factor, kept the earlier runs as this comparison's
+    ('finished in an earlier invocation, kept'): experiment.json held the parameters' names only,
+    and runs over x in [0, 2] were reported beside runs over [0, 1] (a new user's trial)."""
+    def space_file(high, rf):
+        (tmp_path / "quad.py").write_text(
+            "from tuning import Space, Uniform\n"
+            "def train(*, x, epochs, state=None, on_epoch):\n    return {'loss': (x - 0.3) ** 2}\n"
+            f"SPACE = Space(params={{'x': Uniform(0.0, {high})}}, trainer=train, reduction_factor={rf}, "
+            "gpus_per_trial=0)\n")
+        return spaces.load(str(tmp_path / "quad.py"))
+
+    (tmp_path / "exp.py").write_text("from tuning.compare import Experiment\n"
+                                     f"EXPERIMENT = Experiment(space={str(tmp_path / 'quad.py')!r}, budget=2, "
+                                     "strategies=('random',), peers=())\n")
+    out = tmp_path / "out"
+    exp = compare.Experiment(space=str(tmp_path / "quad.py"), budget=2, seeds=(0,))
+    space = space_file(1.0, 3)
+    out.mkdir()
+    compare.write_records(out, "x", exp, space, None, smoke=False, budget=2, max_t=space.max_epochs, seeds=[0],
+                          argv=["x"])
+    space_file(2.0, 2)
+    refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(out)], "holds the runs of another comparison",
+            "parameter x Uniform(low=0.0, high=1.0, grid=3) there, Uniform(low=0.0, high=2.0, grid=3) now",
+            "reduction_factor 3 there, 2 now")
+
+
 def test_a_parameter_named_as_a_column_of_every_result_is_refused(capsys, tmp_path):
     """A trainer's `loss` parameter (scikit-learn's SGDClassifier has one) took runs.csv's loss column."""
     (tmp_path / "sgd.py").write_text(

@@ -249,6 +249,7 @@ def check_out(out: Path, exp: Experiment, space: spaces.Space, *, max_t: int, bu
         same = {"space": lambda a, b: a == b or (str(a).endswith(".py") and Path(a).name == Path(b).name)}
         differ = [f"{k} {_said(old[k])} there, {_said(v)} now" for k, v in now.items()
                   if k in old and not same.get(k, lambda a, b: a == b)(old[k], v)]
+        differ += _searched_differ(old.get("searched"), searched(space))
         if differ:
             raise UsageError(f"--out {out} holds the runs of another comparison ({'; '.join(differ)}): give another "
                              "--out, or the same settings to go on with it")
@@ -257,6 +258,31 @@ def check_out(out: Path, exp: Experiment, space: spaces.Space, *, max_t: int, bu
     except OSError as exc:
         raise UsageError(f"--out {out}: cannot make the folder there ({exc.strerror or exc}): give a folder you "
                          "can write") from None
+
+
+def searched(space: spaces.Space) -> dict:
+    """What a comparison's runs searched beyond experiment.json's other fields, as JSON keeps it:
+    each parameter's declaration, the brackets' first rung and rate, the fixed arguments."""
+    from tuning import spacejson
+
+    return json.loads(json.dumps({"params": spacejson.declarations(space), "grace_period": space.grace_period,
+                                  "reduction_factor": space.reduction_factor, "fixed": space.fixed},
+                                 default=results.plain_json))
+
+
+def _searched_differ(old: dict | None, now: dict) -> list[str]:
+    """What changed in the space since the kept runs (a range widened, a rate): once kept silently,
+    their results were reported beside the new ones'. None: runs kept before this was recorded."""
+    if old is None:
+        return []
+    said = [f"parameter {k} {_declared(old['params'].get(k))} there, {_declared(v)} now"
+            for k, v in now["params"].items() if k in old["params"] and old["params"][k] != v]
+    return said + [f"{k} {_said(old[k])} there, {_said(now[k])} now" for k in ("grace_period", "reduction_factor",
+                                                                              "fixed") if old.get(k) != now[k]]
+
+
+def _declared(d: dict) -> str:
+    return f"{d['type']}({', '.join(f'{k}={v!r}' for k, v in d.items() if k != 'type')})"
 
 
 def _said(value) -> str:

@@ -31,8 +31,8 @@ import pandas as pd
 from tuning import api, backend, cli, growth, objectives, provenance, results, spaces, tracking, tracking_store
 from tuning.cli import UsageError
 from tuning.compare import mobench, peers, recorded as replay
-from tuning.compare.experiment import (Experiment, check_out, load_experiment, replay_experiment, several_fields,
-                                       space_of, trainer_of)
+from tuning.compare.experiment import (Experiment, check_out, load_experiment, replay_experiment, searched,
+                                       several_fields, space_of, trainer_of)
 from tuning.report import comparison as report
 
 if TYPE_CHECKING:  # tuning.trial.data imports torch (3 s): only a CIFAR comparison's driver needs it
@@ -207,6 +207,7 @@ def write_records(out: Path, name: str, exp: Experiment, space: spaces.Space, so
         "strategies": list(exp.strategies), "seeds": seeds, "params": list(space.params),
         "optimum": known.get("optimum"), "regret": known.get("regret"), "dims": known.get("dims"),
         "description": exp.description, "space": provenance.portable(exp.space), "smoke": smoke,
+        "searched": searched(space),
         "reference": exp.reference, "warm_from": exp.warm_from, "peers": list(peer_names),
         **({"peers_not_run": peers.NOT_RUN} if exp.peers and not peers.supported(space) else {}),
         **({"replay": {**replayed, "dir": provenance.portable(replayed["dir"])}} if replayed else {}),
