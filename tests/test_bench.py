@@ -111,3 +111,7 @@ def test_the_benches_generate_their_data_where_data_dir_says(tmp_path, capsys):
     refused(capsys, bench.main, ["--data-dir", str(tmp_path / "file"), "--out", str(tmp_path / "o2")],
             f"--data-dir {tmp_path / 'file'} is a file")
     assert not (tmp_path / "o2").exists()
+    # --out naming a file, or a folder under one, was a FileExistsError's traceback; '' the default folder
+    refused(capsys, bench.main, ["--out", str(tmp_path / "file")], f"--out {tmp_path / 'file'} is a file: give a folder")
+    refused(capsys, bench.main, ["--out", str(tmp_path / "file" / "sub")], f": {tmp_path / 'file'} is a file")
+    refused(capsys, bench.main, ["--out="], "--out '' names no folder")

@@ -453,5 +453,12 @@ def test_a_cifar_comparison_reads_its_data_where_data_dir_says(capsys, tmp_path)
             "--data-dir is for a CIFAR comparison's images", "drop it")
     refused(capsys, compare.main, ["experiments/cifar_strategies", "--out", str(tmp_path / "c"), "--data-dir", " "],
             "--data-dir '' names no folder")
+    # '' for the other flags (a script's empty variable) was the default folder, or every strategy or task
+    empty = [["--out="], ["--out", str(tmp_path / "c"), "--strategies="],
+                        ["--out", str(tmp_path / "c"), "--tasks="]]
+    for flags, says in zip(empty, ("--out '' names no folder", "--strategies '' names none",
+                                              "--tasks '' names none")):
+        refused(capsys, compare.main, ["experiments/counting_ones", *flags], says)
+    assert not (tmp_path / "c").exists()
     source = runner._source(spaces.load("cifar_asha"), True, str(tmp_path / "mine"))
     assert source.kind == "synthetic" and tmp_path / "mine" in Path(source.root).parents

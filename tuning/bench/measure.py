@@ -279,8 +279,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         args = p.parse_args(argv)
         cli.check_folder_named("data_dir", args.data_dir)
-        if Path(args.data_dir).expanduser().is_file():  # found before minutes of other sections, not after
-            raise cli.UsageError(f"--data-dir {args.data_dir} is a file: give a folder")
+        cli.check_folder_named("out", args.out)
+        for flag, folder in (("--data-dir", args.data_dir), ("--out", args.out)):
+            # found before minutes of sections, not after them (--out was a FileExistsError's traceback)
+            path = Path(folder).expanduser() if folder else None
+            bad = path is not None and next((p for p in (path, *path.parents) if p.is_file()), None)
+            if bad:
+                raise cli.UsageError(f"{flag} {folder}" + (" is a file" if bad == path else f": {bad} is a file")
+                                     + ": give a folder")
     except cli.UsageError as exc:
         print(f"tuning.bench: error: {exc}", file=sys.stderr)
         return 2

@@ -322,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
                 raise UsageError("give an experiment (e.g. experiments/counting_ones) or --replay RESULTS_DIR, "
                                  "one of the two")
             name, exp = load_experiment(args.experiment) if args.replay is None else replay_experiment(args.replay)
+            cli.check_folder_named("out", args.out)  # '' was the default folder, silently
+            for flag, given in (("strategies", args.strategies), ("tasks", args.tasks)):
+                if given == ():  # '' (a script's empty variable) was every one of them, silently
+                    raise UsageError(f"--{flag} '' names none: give NAME,... or leave it out for all of them")
             out = Path(args.out or f"results/compare/{name}{'-smoke' if args.smoke else ''}").expanduser()
             track = tracking_store.check(args.mlflow, args.mlflow_experiment, f"compare-{name}", out.absolute())
             if args.strategies:
