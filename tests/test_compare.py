@@ -253,6 +253,11 @@ def test_an_out_folder_of_another_comparison_or_one_that_cannot_be_made_is_refus
     before = sorted(p.name for p in out.rglob("*"))
     refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(out)],
             "holds the runs of another comparison", "max_t 9 there, 3 now", "budget 4 there, 2 now")
+    # Less than one full evaluation: it ran, then said "no trial reported a result (0 of 1 failed): fix the
+    # trainer", or reported n 0 for every strategy.
+    refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(tmp_path / "o3"), "--budget", "0.2"],
+            "--budget 0.2 is less than one full evaluation (3 epochs)")
+    assert not (tmp_path / "o3").exists()
     # --budget is read as a float and experiment.json keeps 4: the line said "budget 4 there, 9.0 now".
     refused(capsys, compare.main, [str(tmp_path / "exp"), "--out", str(out), "--budget", "9"], "budget 4 there, 9 now")
     assert sorted(p.name for p in out.rglob("*")) == before

@@ -100,7 +100,10 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
     max_t = over.get("max_epochs") or exp.max_epochs or space.max_epochs
     if recorded is not None:  # before anything is written: more epochs than recorded is bad input
         replay.check(recorded, space, max_t, f"{name}: {exp.space}")
-    budget = budget or over.get("budget") or exp.budget
+    given, budget = budget, budget or over.get("budget") or exp.budget
+    if budget < 1:  # it ran, then blamed the trainer ("no trial reported a result"), or reported n 0 for every row
+        raise UsageError(f"{'--budget' if given else f'{name}: budget='} {budget:g} is less than one full evaluation "
+                         f"({max_t} epochs): no run could reach a full-budget result to compare; give 1 or more")
     seed_list = list(exp.seeds if seeds is None and "seeds" not in over else
                      range(seeds if seeds is not None else over["seeds"]))
     params = list(space.params)
