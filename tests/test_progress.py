@@ -188,3 +188,12 @@ def test_cheap_epochs_count_the_time_left_at_the_rate_the_run_goes():
     unknown = progress.estimate(done=1000, done_at_start=0, planned=10_000, elapsed_s=30, epoch_s=[0.01] * 50,
                                 at_once=2, best=None)
     assert unknown.left_s == pytest.approx(45.0)  # no interval measured yet: the epochs' own times
+
+
+def test_the_time_left_is_at_most_what_the_time_budget_has_left():
+    """--time-budget 34s: "about 18 s left" at 30 s, and the budget stopped the run at 34."""
+    kw = dict(done=112, done_at_start=0, planned=180, elapsed_s=30, epoch_s=[0.5] * 20, at_once=2, best=None)
+    assert progress.estimate(**kw).left_s == pytest.approx(68 * 0.5 / 2)
+    assert progress.estimate(**kw, budget_left_s=4.0).left_s == pytest.approx(4.0)
+    assert progress.estimate(**kw, budget_left_s=600.0).left_s == pytest.approx(68 * 0.5 / 2)  # the run ends first
+    assert progress.estimate(**{**kw, "epoch_s": []}, budget_left_s=4.0).left_s is None  # still estimating

@@ -160,7 +160,7 @@ CHEAP_EPOCH_S = 1.0
 
 def estimate(*, done: int, done_at_start: int, planned: int, elapsed_s: float, epoch_s: list[float],
              at_once: int, best: float | None, running: int = 0, waiting: int = 0, strategy: str = "",
-             recent_rate: float | None = None) -> Estimate:
+             recent_rate: float | None = None, budget_left_s: float | None = None) -> Estimate:
     """The live plan and the time left: the epochs still planned times the mean measured epoch time,
     divided by the trials that ran at once. `done_at_start`: the epochs an earlier segment had
     trained (a resume), which this segment's clock did not see. `running`, `waiting`: trials
@@ -168,7 +168,8 @@ def estimate(*, done: int, done_at_start: int, planned: int, elapsed_s: float, e
     done + running + waiting and the line never shows the end while one runs. `recent_rate`: epochs
     per second since the last estimate; where epochs are cheap (CHEAP_EPOCH_S), the time left is
     the epochs left at that rate: 10,000 trials of nothing were said to have 13 s left with 4
-    minutes to go."""
+    minutes to go. `budget_left_s`: what a --time-budget has left, where the run ends first (it
+    said "about 18 s left" 4 s before its budget stopped it)."""
     live = max(planned, done + running + waiting)
     left_s = None
     if epoch_s and done > done_at_start:
@@ -176,6 +177,8 @@ def estimate(*, done: int, done_at_start: int, planned: int, elapsed_s: float, e
         left_s = (live - done) * mean / max(1, at_once)
         if mean < CHEAP_EPOCH_S and recent_rate:
             left_s = max(left_s, (live - done) / recent_rate)
+    if left_s is not None and budget_left_s is not None and budget_left_s < left_s:
+        left_s = max(0.0, budget_left_s)
     return Estimate(done=done, planned=live, elapsed_s=elapsed_s, left_s=left_s, best=best, first_plan=planned,
                     why=why_grown(strategy, done=done, planned=planned, running=running, waiting=waiting))
 

@@ -176,7 +176,8 @@ def run(spec: RunSpec) -> tuple[list[results.TrialRecord], bool]:
             resources_per_trial={"cpu": spec.cpus_per_trial, "gpu": spec.gpus_per_trial},
             progress_reporter=parts.reporter(space, spec.progress_every_s, planned=planned,
                                              results_dir=spec.results_dir, strategy=spec.strategy,
-                                             elapsed_before_s=spec.elapsed_before_s) if spec.progress else None,
+                                             elapsed_before_s=spec.elapsed_before_s, budget=budget)
+            if spec.progress else None,
             verbose=1 if spec.progress else 0,
             # Without reuse every trial starts a fresh Python process and imports torch again.
             reuse_actors=True,

@@ -78,7 +78,7 @@ class Reporter(rayinternals.Reporter):
 
     def setup_progress(self, planned: int, results_dir: Path | None, *, strategy: str = "",
                        elapsed_before_s: float = 0.0, constraints: dict | None = None, worst: float | None = None,
-                       one_objective: bool = True) -> None:
+                       one_objective: bool = True, budget=None) -> None:
         """Each table is followed by a progress line (tuning/progress.py) over `planned` epochs,
         also written to results_dir/progress.json for the live report; an interactive terminal
         also gets a progress bar, updated at every step. `elapsed_before_s`: the wall time of the
@@ -90,6 +90,7 @@ class Reporter(rayinternals.Reporter):
         self._one_objective = one_objective
         self._worst = worst  # what a diverged trial reports: no one's best (a run where all diverged shows none)
         self._strategy, self._before = strategy, elapsed_before_s
+        self._budget = budget  # a --time-budget's TimeBudget: the time left is at most what it has left
         self._started, self._at_start, self._at_once, self._early = time.monotonic(), None, 1, None
         self._last = (None, None)  # (when, epochs done) at the last line: the recent rate
         self._bar, self._bar_at = None, 0.0
@@ -139,7 +140,8 @@ class Reporter(rayinternals.Reporter):
                                 elapsed_s=self._before + now - self._started, epoch_s=per_epoch,
                                 at_once=self._at_once, best=best, strategy=self._strategy,
                                 running=sum(t.status == "RUNNING" for t in trials),
-                                waiting=sum(t.status == "PENDING" for t in trials), recent_rate=rate or None)
+                                waiting=sum(t.status == "PENDING" for t in trials), recent_rate=rate or None,
+                                budget_left_s=self._budget.total_s - self._budget.used() if self._budget else None)
         if self._bar is not None:
             self._bar.total = est.planned
         # The estimate the run is judged by at the end: made at 10 % of the run, so not on a resume past it.
@@ -161,7 +163,8 @@ def _epochs_done(trials) -> int:
 
 
 def reporter(space: spaces.Space, every_s: float = 30, *, planned: int | None = None,
-             results_dir: Path | None = None, strategy: str = "", elapsed_before_s: float = 0.0) -> Reporter:
+             results_dir: Path | None = None, strategy: str = "", elapsed_before_s: float = 0.0,
+             budget=None) -> Reporter:
     """The progress table of a run of `space`, sorted by its metric; with `planned` (epochs), a
     progress line and ETA after each table (Reporter.setup_progress)."""
     # A table at the first step, then at most every every_s (Tune's default, 5 s, buries a CIFAR
@@ -176,7 +179,7 @@ def reporter(space: spaces.Space, every_s: float = 30, *, planned: int | None = 
     if planned is not None:
         table.setup_progress(planned, results_dir, strategy=strategy, elapsed_before_s=elapsed_before_s,
                              constraints=dict(space.constraints), worst=space.worst,
-                             one_objective=len(objectives.of(space)) == 1)
+                             one_objective=len(objectives.of(space)) == 1, budget=budget)
     return table
 
 
