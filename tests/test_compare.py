@@ -166,6 +166,19 @@ def test_rerun_skips_finished_runs(smoke):
     assert {p.name: p.stat().st_mtime_ns for p in (out / "runs").glob("*.csv")} == stamps
 
 
+def test_a_run_cut_short_before_is_run_again_from_nothing(ray_here, tmp_path, capsys):
+    """After a Ctrl-C, the run's results.jsonl held the cut attempt's rows beside the new attempt's
+    (360 rows for 180) and its tune/ folder the old trials' folders (a new user's trial)."""
+    out = tmp_path / "out"
+    stale = out / "runs" / "random-s0"
+    (stale / "tune" / "old_trial").mkdir(parents=True)
+    (stale / "results.jsonl").write_text('{"trial_id": "old", "training_iteration": 1, "loss": 0.0}\n')
+    assert compare.main(["experiments/counting_ones", "--budget", "1", "--seeds", "1", "--strategies", "random",
+                         "--out", str(out)]) == 0
+    assert not (stale / "tune" / "old_trial").exists()
+    assert "old" not in {json.loads(line)["trial_id"] for line in (stale / "results.jsonl").read_text().splitlines()}
+
+
 def _experiment(path, fields: str) -> str:
     """An experiment declaration written to `path`; the name tuning.compare takes for it."""
     path.write_text(f"from tuning.compare import Experiment\nEXPERIMENT = Experiment({fields})\n")

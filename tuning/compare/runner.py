@@ -21,6 +21,7 @@ import dataclasses
 import json
 import logging
 import math
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -141,6 +142,9 @@ def run(name: str, exp: Experiment, out: Path, *, smoke: bool, seeds: int | None
             rows = peers.run(strategy, space, seed=seed, budget=budget, max_t=max_t, recorded=recorded)
         else:
             warm = _warm(exp, strategy, seed, out, over, setting)
+            # An attempt a Ctrl-C cut short is run again from nothing: its rows and trial folders went
+            # into the new attempt's results.jsonl and tune/ beside the new ones.
+            shutil.rmtree(out / "runs" / run_id, ignore_errors=True)
             rows = _one_run(strategy=strategy.removesuffix("+warm"), seed=seed, budget=budget,
                             run_dir=out / "runs" / run_id, **warm, **setting)
         df = _run_rows(rows, benchmark=spaces.trainer_name(space.trainer) if space.trainer != "cifar" else name,
