@@ -45,8 +45,8 @@ def _add_growth_flags(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = cli.Parser(prog="python -m tuning.run", description=__doc__.split("\n\n")[0],
                 epilog="Flags override what the space file declares.")
-    p.add_argument("--space", help="search space: a module under search_spaces/ (e.g. cifar_asha); required "
-                                   "unless --resume")
+    p.add_argument("--space", help="search space: a module under search_spaces/ (e.g. cifar_asha) or a .py file "
+                                   "that defines SPACE; required unless --resume")
     _add_growth_flags(p)
     p.add_argument("--trainer", metavar="MODULE:FUNCTION",
                    help="train with this function of yours instead of the space's trainer (docs/your-trainer.md)")
@@ -70,10 +70,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--num-samples", type=cli.positive_int,
                    help="trials to sample (default: the space's); with grid, how often the grid is repeated")
     p.add_argument("--max-epochs", type=cli.positive_int, help="epochs of a full-budget trial (default: the space's)")
-    p.add_argument("--seed", type=cli.non_negative_int, help="seeds the search and every trial's init and data order")
+    p.add_argument("--seed", type=cli.non_negative_int,
+                   help="seeds the search and every trial's init and data order (default: the space's, 0)")
     p.add_argument("--cpus-per-trial", type=cli.positive_float, help="CPUs per trial; fractions allowed")
     p.add_argument("--gpus-per-trial", type=cli.non_negative_float,
-                   help="GPUs per trial; fractions share a GPU (default: 1 where GPUs exist, else 0)")
+                   help="GPUs per trial; fractions share a GPU (default: the space's; the CIFAR spaces' is 1 where "
+                        "Ray sees GPUs, else 0)")
     p.add_argument("--workers-per-trial", type=cli.positive_int,
                    help="CPU trials: train each trial as W DistributedDataParallel (gloo) ranks sharing "
                         "its CPUs (default: the space's, usually 1). GPU trials run one rank per GPU")
@@ -110,7 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the results dir. On --resume, a tracked run goes on under the same parent run")
     p.add_argument("--mlflow-experiment", metavar="NAME", help="the MLflow experiment (default: the space's name)")
     p.add_argument("--smoke", action="store_true",
-                   help=f"CI-sized run: {api.SMOKE['num_samples']} samples, {api.SMOKE['max_epochs']} epochs, "
+                   help=f"CI-sized run: {api.SMOKE['num_samples']} samples, {api.SMOKE['max_epochs']} epochs (hyperband, "
+                        f"bohb, adaptive, tpe: {api.SMOKE_HYPERBAND['num_samples']} and "
+                        f"{api.SMOKE_HYPERBAND['max_epochs']}), "
                         "a small data subset, synthetic data unless --data is given, a local Ray of "
                         f"{cli.SMOKE_CPUS} CPUs (trials run as on the 2-core machines it was sized on)")
     return p

@@ -1,4 +1,4 @@
-"""``python -m tuning.compare experiments/<name>``: grid vs random vs ASHA vs BOHB, equal budgets.
+"""``python -m tuning.compare experiments/<name>``: search strategies side by side at equal budgets.
 ``python -m tuning.compare --replay RESULTS_DIR``: the same over a finished run's recorded curves.
 
 An experiment is data (``EXPERIMENT = Experiment(...)`` in experiments/<name>.py): a space, the
