@@ -96,6 +96,8 @@ def test_malformed_space(capsys, workdir, case):
     # Each was ignored without a word, or '' taken as the current folder.
     (["--space", "fcnet", "--data", "cifar10"], ["--data is for the cifar trainer's images; fcnet trains"]),
     (["--space", "cifar_asha", "--data-dir", ""], ["--data-dir '' names no folder"]),
+    # An empty number (a script's empty variable): the line ended in "got ".
+    (["--space", "counting_ones", "--num-samples="], ["--num-samples must be a whole number, got ''"]),
     (["--space", "counting_ones", "--workers-per-trial", "2"],
      ["--workers-per-trial 2: counting_ones trains as one process (a benchmark, or a replay): drop it"]),
 ])

@@ -128,9 +128,9 @@ def int_at_least(minimum: int):
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"must be a whole number, got {text}") from None
+            raise argparse.ArgumentTypeError(f"must be a whole number, got {_shown(text)}") from None
         if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {text}")
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {_shown(text)}")
         return value
     return check
 
@@ -145,7 +145,7 @@ def _number(text: str, fits, says: str) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and fits(value)):
-        raise argparse.ArgumentTypeError(f"must be {says}, got {text}")
+        raise argparse.ArgumentTypeError(f"must be {says}, got {_shown(text)}")
     return value
 
 
@@ -218,6 +218,11 @@ def unwritable(folder: Path) -> tuple[Path, str] | None:
     except OSError as exc:
         return here, str(exc.strerror or exc)
     return None
+
+
+def _shown(text: str) -> str:
+    """A flag's value in a refusal: as typed, or '' where it is empty (the line ended in "got ")."""
+    return text if text.strip() else repr(text)
 
 
 def check_folder_named(flag: str, value) -> None:
