@@ -175,6 +175,13 @@ def test_a_spent_time_budget_ends_without_rays_error_line(tmp_path):
                        "--results-dir", str(tmp_path / "r")))
     assert "Time budget spent" in proc.stdout
     assert "Trials did not complete" not in proc.stdout + proc.stderr
+    # A new total below what the run used already started Ray, ran a moment and said "4 s against 1 s".
+    used = json.loads((tmp_path / "r" / "run.json").read_text())["time_used_s"]
+    refused = run_cli("--resume", str(tmp_path / "r"), "--time-budget", "1s")
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        f"tuning.run: error: --time-budget 1s: the run has used {used:.0f} s of running time already, and the budget "
+        "is the total across resumes: give more than that"]
+    assert json.loads((tmp_path / "r" / "run.json").read_text())["time_used_s"] == used
 
 
 @pytest.mark.slow  # minutes: make test-all

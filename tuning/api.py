@@ -193,6 +193,9 @@ def resume(results_dir: str | Path, *, add_samples: int | None = None, time_budg
     budget = inputs.budget(time_budget)  # refused before the run's own refusals (finished already)
     folder = Path(results_dir).expanduser().absolute()
     rec = records.read(folder, "--resume")
+    if budget is not None and budget <= rec.time_used_s:  # it started Ray, ran 0.6 s and said "13 s against 5 s"
+        raise UsageError(f"--time-budget {budget:g}s: the run has used {rec.time_used_s:.0f} s of "
+                         "running time already, and the budget is the total across resumes: give more than that")
     if rec.status == "finished" and not add_samples:
         raise UsageError(f"--resume {folder}: that experiment finished already; its results are there "
                          f"({cli.in_words('add --add-samples N', 'give add_samples=N')} to run N more trials in it)")
