@@ -95,6 +95,17 @@ def _numeric_flags(path) -> set[str]:
     return found
 
 
+@pytest.mark.parametrize("main,argv,says", [
+    (compare.main, [""], "the experiment '' names none"),  # was "no experiment at .py"
+    (report.main, [""], "the folder '' names none"),  # was ". holds no runs.csv"
+    (doctor.main, ["--json="], "'' names no file"),  # was " is a folder"
+])
+def test_an_empty_path_argument_is_named_as_empty(capsys, tmp_path, monkeypatch, main, argv, says):
+    monkeypatch.chdir(tmp_path)  # '' was the current folder: nothing may be written there
+    refused(capsys, main, argv, says)
+    assert not any(tmp_path.iterdir())
+
+
 def test_flags_holds_every_numeric_flag():
     # A new numeric flag is either in FLAGS (and so tested) or this fails.
     for command, (_, path) in COMMANDS.items():

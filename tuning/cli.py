@@ -238,6 +238,8 @@ def output_file(value: str) -> Path:
     """A file a command writes when its work is done (doctor --json), as argparse `type=`: a name in
     a folder that exists and this process can write in (probed), not a folder itself, so that the
     work is not done for nothing."""
+    if not value.strip():  # Path('') is the current folder: "' is a folder"
+        raise argparse.ArgumentTypeError("'' names no file: give one, or leave the flag out")
     path = Path(value).expanduser().absolute()
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{value} is a folder: give a file name in it, e.g. {Path(value) / 'checks.json'}")

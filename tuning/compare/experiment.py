@@ -49,6 +49,8 @@ SHIPPED = Path(__file__).resolve().parents[2] / "experiments"
 
 
 def load_experiment(path: str) -> tuple[str, Experiment]:
+    if not path.strip():  # it read "no experiment at .py"
+        raise UsageError("the experiment '' names none: give experiments/NAME or a .py file that defines EXPERIMENT")
     file = Path(path if path.endswith(".py") else f"{path}.py")
     if not file.is_file() and file.parent in (Path("."), Path("experiments")) and (SHIPPED / file.name).is_file():
         file = SHIPPED / file.name  # experiments/zdt run from outside the checkout

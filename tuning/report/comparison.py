@@ -313,6 +313,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "written by python -m tuning.compare (runs.csv, experiment.json, ...)")
     try:
         args = parser.parse_args(argv)
+        if not args.dir.strip():  # Path('') is the current folder: ". holds no runs.csv"
+            raise cli.UsageError("the folder '' names none: give a results dir of tuning.run or tuning.compare")
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
         from tuning.report import runreport  # a run's report: matplotlib and Optuna, only when asked for
 
