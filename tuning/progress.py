@@ -143,7 +143,8 @@ class Estimate:
         first = self.planned if self.first_plan is None else self.first_plan
         if finished:
             more = f" ({self.done - first} more: {self.why})" if self.done > first and self.why else ""
-            return f"Ended after {duration(self.elapsed_s)}: {self.done} epochs of {first} planned{more}{best}"
+            return (f"Ended after {duration(self.elapsed_s)}: {self.done} epoch{'s' * (self.done != 1)} of {first} "
+                    f"planned{more}{best}")
         # Floored, and below 100 until the end: a run whose trials still run is not done.
         share = min(99, int(100 * self.done / self.planned)) if self.planned else 0
         left = "estimating" if self.left_s is None else f"about {duration(self.left_s)} left"

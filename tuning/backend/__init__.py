@@ -248,7 +248,7 @@ def _plan_words(spec: RunSpec) -> str:
                 f"from epoch {min(spec.space.grace_period, spec.max_epochs)}")
     if spec.strategy == "asha":
         return (f"{trials} trials, rungs from {min(spec.space.grace_period, spec.max_epochs)} to {spec.max_epochs} "
-                f"epochs halved by {spec.space.reduction_factor}")
+                f"epochs, 1/{spec.space.reduction_factor} going on at each")
     return f"{trials} trials in Hyperband brackets up to {spec.max_epochs} epochs, eta {spec.space.reduction_factor}"
 
 
