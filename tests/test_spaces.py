@@ -196,6 +196,8 @@ def test_an_unknown_space_keyword_is_refused_with_what_to_give(keyword, says, tm
     with pytest.raises(SpaceError, match=re.escape(f"{tmp_path / 'mine.py'}: {says}")):
         spaces.load(str(tmp_path / "mine.py"))
     assert Space(params={"x": Uniform(0.0, 1.0)}, trainer="counting_ones").replace(seed=3).seed == 3
+    import inspect  # help(Space) and an editor's hints still show its keywords, not the check's (*args, **kwargs)
+    assert list(inspect.signature(Space).parameters)[:3] == ["params", "strategy", "metric"]
 
 
 def test_plain_turns_numpy_scalars_into_python_values():

@@ -15,6 +15,7 @@ import difflib
 import functools
 import importlib
 import importlib.util
+import inspect
 import math
 import pkgutil
 from dataclasses import dataclass, field
@@ -168,6 +169,10 @@ class Space:
             return self.diverged_value
         return 1e6 if self.mode == "min" else -1e6
 
+
+# Space's keywords as the dataclass declares them: __new__'s (*args, **kwargs) hid them from help() and inspect.
+Space.__signature__ = inspect.signature(Space.__init__).replace(
+    parameters=list(inspect.signature(Space.__init__).parameters.values())[1:])
 
 # The CIFAR trainer's keywords a space may search or fix (tuning.trial.trainer.train_cifar; its epochs,
 # data, device, state, on_epoch, seed and DDP rank tuning passes itself).
