@@ -198,7 +198,9 @@ def test_a_comparison_keeps_its_experiments_on_a_storage_path(tmp_path):
 @pytest.mark.slow  # minutes: make test-all
 @pytest.mark.timeout(600)
 def test_grid_that_runs_out_of_points_stops_early_and_the_report_says_so(tmp_path):
-    grid_only = _experiment(tmp_path / "grid_only.py", "space='mf_hartmann', budget=70, seeds=(0,), strategies=('grid',)")
+    # reference: a comparison's rows are held against one of its strategies (random search by default)
+    grid_only = _experiment(tmp_path / "grid_only.py",
+                            "space='mf_hartmann', budget=70, seeds=(0,), strategies=('grid',), reference='grid'")
     proc = _compare(grid_only, "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr[-3000:]
     runs = pd.read_csv(tmp_path / "out" / "runs.csv")
