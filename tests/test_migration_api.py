@@ -256,8 +256,9 @@ def test_a_warm_start_carries_choice_values(choice_grid_run, tmp_path, strategy)
     """The earlier run's best configuration runs first (random: through Tune's points_to_evaluate,
     which would take its dicts for nested settings; tpe: as Optuna's enqueued positions), or feeds
     BOHB's model (as positions)."""
+    top = {} if strategy == "bohb" else {"warm_start_top": 1}  # bohb's model takes every earlier result
     result = tuning.search(None, choice_space(), strategy=strategy, seed=1, num_samples=3, max_epochs=3,
-                           warm_start=[choice_grid_run.results_dir], warm_start_top=1, results_dir=tmp_path / "w")
+                           warm_start=[choice_grid_run.results_dir], results_dir=tmp_path / "w", **top)
     _check_choice_run(result, tmp_path / "w")
     if strategy != "bohb":
         w = tmp_path / "w"
